@@ -1,0 +1,59 @@
+"""``python -m airflow_tune.local up|down|env|status [--root DIR]``: the local stack from a shell.
+
+``up`` starts the stack and returns; ``eval "$(python -m airflow_tune.local env)"`` points a shell at it
+(Ray Jobs, S3 and an AIRFLOW_HOME with a ``ray_default`` connection); ``down`` stops exactly what ``up`` started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from airflow_tune.local.stack import LocalStack, StackError, load_state, stop_from_state
+
+DEFAULT_ROOT = ".stack"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_tune.local", description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "env", "status"])
+    parser.add_argument("--root", default=DEFAULT_ROOT, help="folder for the stack's state (default: .stack)")
+    parser.add_argument("--num-cpus", type=int, default=2)
+    args = parser.parse_args(argv)
+
+    if args.command == "up":
+        if load_state(args.root) is not None:
+            print(f"a stack is already up under {args.root}; run 'down' first", file=sys.stderr)
+            return 1
+        stack = LocalStack(args.root, num_cpus=args.num_cpus)
+        try:
+            state = stack.start()
+        except StackError as exc:
+            print(f"could not start the local stack: {exc}", file=sys.stderr)
+            return 1
+        # Leave the children running: they live in their own sessions and 'down' stops them by id.
+        stack._procs.clear()
+        print(f"Ray dashboard: {state.dashboard_url}")
+        print(f"S3 endpoint:   {state.s3_endpoint} (bucket {state.bucket})")
+        print(f"AIRFLOW_HOME:  {state.airflow_home}")
+        print(f'Use it from a shell: eval "$(python -m airflow_tune.local env --root {args.root})"')
+        return 0
+    if args.command == "down":
+        stopped = stop_from_state(args.root)
+        print(f"stopped {len(stopped)} processes" if stopped else "no stack was up")
+        return 0
+    current = load_state(args.root)
+    if current is None:
+        print(f"no stack is up under {args.root}", file=sys.stderr)
+        return 1
+    if args.command == "env":
+        for key, value in current.env().items():
+            print(f"export {key}={shlex.quote(value)}")
+        return 0
+    print(f"Ray dashboard {state.dashboard_url} (pid {state.ray_pid}); S3 {state.s3_endpoint} (pid {state.s3_pid})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

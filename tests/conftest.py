@@ -1,0 +1,62 @@
+"""Shared fixtures. Airflow reads its config at import, so its home is set before anything imports airflow."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEST_ROOT = Path(tempfile.mkdtemp(prefix="aft-tests-"))
+
+os.environ["AIRFLOW_HOME"] = str(TEST_ROOT / "stack" / "airflow")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(TEST_ROOT / "dags")
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ.pop("RAY_ADDRESS", None)
+os.environ.pop("RAY_API_SERVER_ADDRESS", None)
+(TEST_ROOT / "dags").mkdir(parents=True, exist_ok=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(TEST_ROOT, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its folder, so ``-m unit`` / ``-m integration`` / ``-m e2e`` select as expected."""
+    for item in items:
+        for kind in ("unit", "integration", "e2e"):
+            if f"{os.sep}{kind}{os.sep}" in str(item.fspath):
+                item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator:
+    """One local Ray head + S3 endpoint + Airflow home for the whole session; stopped even when tests fail."""
+    from airflow_tune.local import LocalStack
+
+    local = LocalStack(TEST_ROOT / "stack", num_cpus=2, resources={"accel": 2})
+    state = local.start()
+    saved = {k: os.environ.get(k) for k in state.env()}
+    os.environ.update(state.env())
+    try:
+        yield state
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_client(stack):
+    import boto3
+
+    return boto3.client("s3", **{"endpoint_url": stack.s3_endpoint, "region_name": "us-east-1"})

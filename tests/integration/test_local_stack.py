@@ -1,0 +1,107 @@
+"""The local stack starts, serves Ray and S3, and stops every process it started, also when the body raises."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import psutil
+import pytest
+
+from airflow_tune.local import LocalStack
+
+
+def _serves(state) -> None:
+    import boto3
+
+    with urllib.request.urlopen(f"{state.dashboard_url}/api/version", timeout=10) as resp:
+        version = json.load(resp)
+    assert version["ray_version"] == "2.60.0"
+    s3 = boto3.client("s3", endpoint_url=state.s3_endpoint, region_name="us-east-1", **_keys(state))
+    s3.put_object(Bucket=state.bucket, Key="probe/hello.txt", Body=b"hello")
+    assert s3.get_object(Bucket=state.bucket, Key="probe/hello.txt")["Body"].read() == b"hello"
+
+
+def _keys(state) -> dict[str, str]:
+    env = state.s3_env()
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def _tree(pid: int) -> set[int]:
+    return {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def test_stack_starts_serves_and_stops_clean(tmp_path):
+    local = LocalStack(tmp_path / "s", airflow=False)
+    with local as state:
+        _serves(state)
+        started = _tree(state.ray_pid) | _tree(state.s3_pid)
+        assert len(started) > 3, "a Ray head runs several processes"
+        ray_temp_dir = state.ray_temp_dir
+    assert _alive(started) == set()
+    assert not (tmp_path / "s" / "stack.json").exists()
+    import os
+
+    assert not os.path.exists(ray_temp_dir)
+
+
+def test_stack_stops_clean_when_the_body_raises(tmp_path):
+    local = LocalStack(tmp_path / "s", airflow=False)
+    started: set[int] = set()
+    with pytest.raises(RuntimeError, match="boom"):
+        with local as state:
+            started = _tree(state.ray_pid) | _tree(state.s3_pid)
+            raise RuntimeError("boom")
+    assert started and _alive(started) == set()
+
+
+def test_cli_up_env_down(tmp_path):
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "cli")
+    up = subprocess.run(
+        [sys.executable, "-m", "airflow_tune.local", "up", "--root", root],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert up.returncode == 0, up.stderr
+    from airflow_tune.local import load_state
+
+    state = load_state(root)
+    assert state is not None
+    try:
+        env = subprocess.run(
+            [sys.executable, "-m", "airflow_tune.local", "env", "--root", root],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert f"AWS_ENDPOINT_URL={state.s3_endpoint}" in env.stdout
+        assert "AIRFLOW_CONN_RAY_DEFAULT=" in env.stdout
+        started = _tree(state.ray_pid) | _tree(state.s3_pid)
+        _serves(state)
+    finally:
+        down = subprocess.run(
+            [sys.executable, "-m", "airflow_tune.local", "down", "--root", root],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert down.returncode == 0 and "stopped" in down.stdout
+    assert _alive(started) == set()
