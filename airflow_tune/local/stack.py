@@ -345,6 +345,8 @@ class LocalStack:
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
             "TMPDIR": temp_dir,
+            # Job entrypoints say "python": on this head that must be the Python Ray runs in, as on a cluster image.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         return self._spawn(args, "ray.log", env)
 

@@ -1,0 +1,147 @@
+"""The driver of one experiment: ``python -m airflow_tune.engine [--spec FILE_OR_URI]``.
+
+The spec comes from ``--spec`` (a file or a storage URI) or the ``AIRFLOW_TUNE_SPEC`` environment variable (JSON).
+Starts the experiment, or restores it when its state already exists in storage; never both. On SIGINT, SIGUSR1 or
+SIGTERM Tune saves the experiment state and the driver exits with code 130, so a rerun resumes it.
+
+Exit codes: 0 finished (``result.json`` written), 1 the experiment failed, 2 bad spec or setup, 130 interrupted.
+The last log lines say why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+from airflow_tune import storage
+from airflow_tune.spec import ExperimentSpec, SpecError
+
+SPEC_ENV = "AIRFLOW_TUNE_SPEC"
+JOB_ID_ENV = "AIRFLOW_TUNE_JOB_ID"
+MARK = "[airflow-tune] "
+EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def say(line: str) -> None:
+    print(MARK + line, flush=True)
+
+
+def load_spec(source: str | None) -> ExperimentSpec:
+    if source:
+        text = storage.read_bytes(source).decode() if "://" in source else open(source).read()
+    else:
+        text = os.environ.get(SPEC_ENV, "")
+        if not text:
+            raise SpecError([f"no spec given: pass --spec FILE_OR_URI or set {SPEC_ENV} to the spec's JSON"])
+    return ExperimentSpec.from_json(text)
+
+
+def record_spec(spec: ExperimentSpec) -> None:
+    """Keep the spec beside the experiment; refuse a changed search space on restore (Tune cannot change it)."""
+    uri = f"{spec.manifest_dir_uri}/spec.json"
+    previous = storage.read_json_or_none(uri)
+    if previous is not None:
+        before = ExperimentSpec.from_dict(previous).search_space_fingerprint()
+        if before != spec.search_space_fingerprint():
+            raise SpecError(
+                [
+                    f"param_space/trainable differ from those of the experiment {spec.name!r} already in storage; "
+                    "Tune cannot change the search space of an experiment it restores: use a new experiment name"
+                ]
+            )
+    storage.write_json(uri, spec.to_dict())
+
+
+def _forward_to_tune(signum: int, frame: Any) -> None:
+    # Ray's job stop sends SIGTERM by default; Tune saves its state only on SIGINT/SIGUSR1.
+    os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def run(spec: ExperimentSpec) -> int:
+    import ray
+
+    from airflow_tune.engine.build import build_tuner
+    from airflow_tune.engine.progress import ProgressCallback, build_result_manifest
+
+    result_uri = f"{spec.manifest_dir_uri}/result.json"
+    existing = storage.read_json_or_none(result_uri)
+    if existing is not None:
+        say(f"experiment {spec.name} already finished; result at {result_uri}")
+        say("result " + json.dumps({k: v for k, v in existing.items() if k != "trials"}, default=str))
+        return EXIT_OK
+    record_spec(spec)
+    ray.init(log_to_driver=True)
+    callback = ProgressCallback(spec)
+    tuner, restored = build_tuner(spec, [callback])
+    say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
+    started = time.monotonic()
+    grid = tuner.fit()
+    statuses = _trial_statuses(tuner)
+    unfinished = {s: n for s, n in statuses.items() if s not in ("TERMINATED", "ERROR")}
+    if unfinished:
+        say(
+            f"interrupted after {time.monotonic() - started:.0f}s with trials {unfinished}; state saved, a rerun resumes"
+        )
+        return EXIT_INTERRUPTED
+    manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
+    storage.write_json(result_uri, manifest)
+    summary = {k: v for k, v in manifest.items() if k != "trials"}
+    for trial in manifest["trials"]:
+        if trial["error"]:
+            say(f"trial {trial['trial_id']} errored: {trial['error']}")
+    say("result " + json.dumps(summary, default=str))
+    if manifest["num_terminated"] == 0:
+        say(f"experiment failed: all {manifest['num_errored']} trials errored")
+        return EXIT_FAILED
+    if manifest["num_errored"] and not spec.failure.tolerate_errored_trials:
+        say(f"experiment failed: {manifest['num_errored']} trials errored and failure.tolerate_errored_trials=false")
+        return EXIT_FAILED
+    if manifest["best_trial_id"] is None:
+        say(f"experiment failed: no trial reported the metric {spec.metric!r}; check the trainable's tune.report")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _trial_statuses(tuner: Any) -> dict[str, int]:
+    """Statuses of the experiment's trials; unfinished ones mean the run was interrupted, not completed."""
+    from collections import Counter
+
+    grid = tuner.get_results()
+    counts: Counter[str] = Counter()
+    analysis = getattr(grid, "_experiment_analysis", None)
+    for trial in getattr(analysis, "trials", None) or []:
+        counts[str(trial.status)] += 1
+    return dict(counts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_tune.engine", description=__doc__)
+    parser.add_argument("--spec", help="spec file or URI (default: the AIRFLOW_TUNE_SPEC environment variable)")
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        say(str(exc))
+        return EXIT_BAD_SPEC
+    signal.signal(signal.SIGTERM, _forward_to_tune)
+    try:
+        return run(spec)
+    except SpecError as exc:
+        say(str(exc))
+        return EXIT_BAD_SPEC
+    except Exception as exc:
+        from airflow_tune.engine.build import EngineError
+
+        traceback.print_exc()
+        say(f"experiment failed: {type(exc).__name__}: {exc}")
+        return EXIT_BAD_SPEC if isinstance(exc, EngineError) else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

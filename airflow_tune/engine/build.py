@@ -1,0 +1,286 @@
+"""From an :class:`~airflow_tune.spec.ExperimentSpec` to a Ray Tune ``Tuner``: new, or restored from storage."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from ray import tune
+from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+from airflow_tune import storage
+from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of
+
+
+class EngineError(RuntimeError):
+    """The spec cannot be turned into a Tune run on this cluster (missing package, bad trainable, ...)."""
+
+
+def import_path(path: str, what: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EngineError(
+            f"{what} {path!r}: cannot import module {module_name!r} on the cluster ({exc}); ship it with the job "
+            "(working_dir / py_modules / pip) or install it on the cluster"
+        ) from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise EngineError(f"{what} {path!r}: module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+# --- search space -------------------------------------------------------------------------------------------------
+def build_domain(node: Any) -> Any:
+    """Turn one declarative search-space node into a Tune domain, recursively; plain values stay as they are."""
+    name = primitive_of(node)
+    if name is None:
+        if isinstance(node, Mapping):
+            return {k: build_domain(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [build_domain(v) for v in node]
+        return node
+    args = node[name]
+    if name == "const":
+        return args
+    if name == "choice":
+        return tune.choice([build_domain(v) for v in args])
+    if name == "grid_search":
+        return tune.grid_search([build_domain(v) for v in args])
+    if name == "sample_from":
+        fn = import_path(args, "sample_from")
+        return tune.sample_from(fn)
+    positional = list(args.values()) if isinstance(args, Mapping) else list(args)
+    if name == "randn":
+        return tune.randn(*positional)
+    return getattr(tune, name)(*positional)
+
+
+def build_param_space(spec: ExperimentSpec) -> dict[str, Any]:
+    return {k: build_domain(v) for k, v in spec.param_space.items()}
+
+
+# --- trainable ----------------------------------------------------------------------------------------------------
+def is_class_trainable(obj: Any) -> bool:
+    return inspect.isclass(obj) and issubclass(obj, tune.Trainable)
+
+
+def build_trainable(spec: ExperimentSpec) -> Any:
+    """The user's trainable with its keyword arguments and per-trial resources attached."""
+    trainable = import_path(spec.trainable, "trainable")
+    if not (is_class_trainable(trainable) or callable(trainable)):
+        raise EngineError(f"trainable {spec.trainable!r} is neither a function nor a tune.Trainable subclass")
+    class_api = is_class_trainable(trainable)
+    if not class_api and (spec.checkpoint.frequency or spec.checkpoint.at_end):
+        raise EngineError(
+            f"checkpoint.frequency/at_end apply to Class API trainables only, and {spec.trainable!r} is a function: "
+            "report checkpoints with tune.report(metrics, checkpoint=...) instead and drop these fields"
+        )
+    if spec.trainable_kwargs:
+        trainable = tune.with_parameters(trainable, **spec.trainable_kwargs)
+    resources = build_resources(spec)
+    if resources is not None:
+        trainable = tune.with_resources(trainable, resources)
+    return trainable
+
+
+def build_resources(spec: ExperimentSpec) -> dict[str, float] | PlacementGroupFactory | None:
+    """Per-trial resources; None leaves Tune to its defaults (a Trainable's ``default_resource_request``, or 1 CPU)."""
+    res = spec.resources
+    if res is None:
+        return None
+    if res.bundles is not None:
+        return PlacementGroupFactory([_ray_bundle(b) for b in res.bundles], strategy=res.strategy)
+    assert res.per_trial is not None
+    out: dict[str, float] = {}
+    custom: dict[str, float] = {}
+    for key, value in res.per_trial.items():
+        low = key.lower()
+        if low in ("cpu", "gpu", "memory"):
+            out[low] = value
+        else:
+            custom[key] = value
+    if custom:
+        # Tune's dict form takes custom resources only under "resources"; a bundle says the same more plainly.
+        return PlacementGroupFactory([_ray_bundle(res.per_trial)])
+    return out
+
+
+def _ray_bundle(bundle: Mapping[str, float]) -> dict[str, float]:
+    names = {"cpu": "CPU", "gpu": "GPU", "memory": "memory"}
+    return {names.get(k.lower(), k): v for k, v in bundle.items() if v}
+
+
+# --- scheduler and searcher ---------------------------------------------------------------------------------------
+def build_scheduler(spec: ExperimentSpec) -> Any:
+    sched = spec.scheduler
+    args = dict(sched.args)
+    if sched.factory:
+        factory = import_path(sched.factory, "scheduler.factory")
+        return factory(metric=spec.metric, mode=spec.mode, **args) if _takes(factory, "metric") else factory(**args)
+    from ray.tune import schedulers
+
+    name = SCHEDULER_ALIASES.get(str(sched.name).lower(), str(sched.name).lower())
+    if name == "fifo":
+        return schedulers.FIFOScheduler()
+    if name == "asha":
+        return schedulers.ASHAScheduler(metric=spec.metric, mode=spec.mode, **args)
+    if name == "hyperband":
+        return schedulers.HyperBandScheduler(metric=spec.metric, mode=spec.mode, **args)
+    if name == "median_stopping_rule":
+        return schedulers.MedianStoppingRule(metric=spec.metric, mode=spec.mode, **args)
+    if name == "pbt":
+        mutations = {
+            k: (v if isinstance(v, list) else build_domain(v)) for k, v in args.pop("hyperparam_mutations").items()
+        }
+        return schedulers.PopulationBasedTraining(
+            metric=spec.metric, mode=spec.mode, hyperparam_mutations=mutations, **args
+        )
+    if name == "pb2":
+        _require_package("sklearn", "the pb2 scheduler", "scikit-learn")
+        from ray.tune.schedulers.pb2 import PB2
+
+        return PB2(metric=spec.metric, mode=spec.mode, **args)
+    raise EngineError(f"unknown scheduler {sched.name!r}")  # pragma: no cover - the spec rejects it
+
+
+def build_search(spec: ExperimentSpec) -> Any:
+    search = spec.search
+    args = dict(search.args)
+    points = [dict(p) for p in spec.points_to_evaluate] if spec.points_to_evaluate else None
+    if search.factory:
+        factory = import_path(search.factory, "search.factory")
+        searcher = factory(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+    else:
+        name = str(search.name).lower()
+        package = SEARCHERS.get(name)
+        if package:
+            _require_package(package, f"the {name} searcher", "bayesian-optimization" if name == "bayesopt" else None)
+        if name in ("random", "grid"):
+            from ray.tune.search.basic_variant import BasicVariantGenerator
+
+            if search.max_concurrent:
+                args.setdefault("max_concurrent", search.max_concurrent)
+            return BasicVariantGenerator(points_to_evaluate=points, **args)
+        if name == "optuna":
+            from ray.tune.search.optuna import OptunaSearch
+
+            searcher = OptunaSearch(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+        elif name == "hyperopt":
+            from ray.tune.search.hyperopt import HyperOptSearch
+
+            searcher = HyperOptSearch(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+        elif name == "bayesopt":
+            from ray.tune.search.bayesopt import BayesOptSearch
+
+            searcher = BayesOptSearch(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+        else:  # pragma: no cover - the spec rejects it
+            raise EngineError(f"unknown search algorithm {search.name!r}")
+    if search.max_concurrent:
+        from ray.tune.search import ConcurrencyLimiter
+
+        searcher = ConcurrencyLimiter(searcher, max_concurrent=search.max_concurrent)
+    return searcher
+
+
+def _require_package(module: str, what: str, pip_name: str | None = None) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise EngineError(
+            f"{what} needs the package {pip_name or module!r}, which is not installed on the cluster: add it to the "
+            f"operator's pip=[...] or to the cluster image"
+        )
+
+
+def _takes(fn: Any, arg: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return arg in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+# --- configs ------------------------------------------------------------------------------------------------------
+def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConfig:
+    ckpt = spec.checkpoint
+    score_attribute = ckpt.score_attribute
+    score_order = ckpt.score_order
+    if ckpt.num_to_keep is not None and score_attribute is None:
+        # Keep the best checkpoints by the experiment's metric, not the latest: the best one is what we hand on.
+        score_attribute, score_order = spec.metric, spec.mode
+    checkpoint_config = tune.CheckpointConfig(
+        num_to_keep=ckpt.num_to_keep,
+        checkpoint_score_attribute=score_attribute,
+        checkpoint_score_order=score_order or "max",
+        checkpoint_frequency=ckpt.frequency,
+        checkpoint_at_end=ckpt.at_end,
+    )
+    return tune.RunConfig(
+        name=spec.name,
+        storage_path=spec.storage_path,
+        stop=dict(spec.stop) if spec.stop else None,
+        checkpoint_config=checkpoint_config,
+        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
+        callbacks=callbacks,
+        verbose=0,
+    )
+
+
+def build_tune_config(spec: ExperimentSpec) -> tune.TuneConfig:
+    return tune.TuneConfig(
+        metric=spec.metric,
+        mode=spec.mode,
+        num_samples=spec.num_samples,
+        max_concurrent_trials=spec.max_concurrent_trials,
+        time_budget_s=spec.time_budget_s,
+        reuse_actors=spec.reuse_actors,
+        scheduler=build_scheduler(spec),
+        search_alg=build_search(spec),
+    )
+
+
+def experiment_state_exists(spec: ExperimentSpec) -> bool:
+    """An experiment can be restored when Tune saved both its Tuner and at least one experiment-state snapshot."""
+    uri = spec.experiment_uri
+    if not storage.exists(f"{uri}/tuner.pkl"):
+        return False
+    return bool(storage.glob_names(uri, "experiment_state-"))
+
+
+def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner, bool]:
+    """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored."""
+    trainable = build_trainable(spec)
+    if experiment_state_exists(spec):
+        tuner = tune.Tuner.restore(
+            spec.experiment_uri,
+            trainable,
+            resume_unfinished=True,
+            resume_errored=spec.errored_trials == "resume",
+            restart_errored=spec.errored_trials == "restart",
+            param_space=build_param_space(spec),
+        )
+        # The restored Tuner keeps its pickled RunConfig; our callbacks are new objects for this driver.
+        _replace_callbacks(tuner, callbacks)
+        return tuner, True
+    tuner = tune.Tuner(
+        trainable,
+        param_space=build_param_space(spec),
+        tune_config=build_tune_config(spec),
+        run_config=build_run_config(spec, callbacks),
+    )
+    return tuner, False
+
+
+def _replace_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
+    internal = getattr(tuner, "_local_tuner", None)
+    run_config = getattr(internal, "_run_config", None)
+    if run_config is None:
+        raise EngineError("cannot attach progress tracking to the restored experiment (Tuner internals changed)")
+    own = tuple(type(cb) for cb in callbacks)
+    kept = [cb for cb in (run_config.callbacks or []) if not isinstance(cb, own)]
+    run_config.callbacks = kept + callbacks

@@ -1,0 +1,284 @@
+"""Live trial tracking (a Tune callback) and the result manifest.
+
+The callback runs in the driver's loop, so it stays cheap: it keeps a small summary per trial, prints a compact
+trial table at most every ``interval`` seconds, and rewrites ``progress.json`` at that rate and at every trial end.
+``progress.json`` is bounded (counts, running trials, the top trials) so it stays small for thousands of trials.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from ray import tune
+
+from airflow_tune import storage
+from airflow_tune.spec import ExperimentSpec
+
+TOP_TRIALS = 10
+MAX_RUNNING_LISTED = 20
+TABLE_ROWS = 12
+PROGRESS_MARK = "[airflow-tune] "
+
+
+def _scalar(value: Any) -> bool:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def jsonable_metrics(result: dict[str, Any] | None, limit: int = 40) -> dict[str, Any]:
+    """The scalar metrics of a result, without Tune's bookkeeping that says nothing about the model."""
+    if not result:
+        return {}
+    skip = {"config", "hostname", "node_ip", "pid", "date", "timestamp", "experiment_tag", "trial_log_path"}
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        if key in skip or not _scalar(value):
+            continue
+        if isinstance(value, str) and len(value) > 200:
+            continue
+        out[key] = value
+        if len(out) >= limit:
+            break
+    return out
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe copy of a config (domains and objects become their repr)."""
+    try:
+        return json.loads(json.dumps(value, default=repr, allow_nan=False))
+    except ValueError:
+        return json.loads(json.dumps(value, default=repr).replace("NaN", "null").replace("Infinity", "null"))
+
+
+class ProgressCallback(tune.Callback):
+    """Prints a trial table to the job log and writes ``progress.json`` beside the experiment, both rate-limited."""
+
+    def __init__(self, spec: ExperimentSpec, *, out: Any = None, clock: Any = time.monotonic) -> None:
+        self.spec = spec
+        self.out = out or sys.stdout
+        self.clock = clock
+        self.interval = spec.progress_interval_s
+        self.progress_uri = f"{spec.manifest_dir_uri}/progress.json"
+        self._last_print = -math.inf
+        self._last_write = -math.inf
+        self._trials: list[Any] = []
+        self.writes = 0
+
+    # -- Tune hooks -------------------------------------------------------------------------------------------
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._tick(trials)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        self._tick(trials)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._tick(trials, force_write=True)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._emit(f"trial {trial.trial_id} errored: {_error_line(trial)}")
+        self._tick(trials, force_write=True)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._tick(trials, force_write=True, force_print=True)
+
+    # -- rate-limited outputs ---------------------------------------------------------------------------------
+    def _tick(self, trials: list, *, force_write: bool = False, force_print: bool = False) -> None:
+        self._trials = trials
+        now = self.clock()
+        if force_print or now - self._last_print >= self.interval:
+            self._last_print = now
+            self._emit_table(trials)
+        if force_write or now - self._last_write >= self.interval:
+            self._last_write = now
+            self.write_progress(trials)
+
+    def write_progress(self, trials: list) -> None:
+        try:
+            storage.write_json(self.progress_uri, progress_snapshot(self.spec, trials))
+            self.writes += 1
+        except Exception as exc:  # progress is best effort; the experiment must not fail on it
+            self._emit(f"could not write {self.progress_uri}: {exc}")
+
+    def _emit(self, line: str) -> None:
+        print(PROGRESS_MARK + line, file=self.out, flush=True)
+
+    def _emit_table(self, trials: list) -> None:
+        snap = progress_snapshot(self.spec, trials)
+        counts = " ".join(f"{k}={v}" for k, v in sorted(snap["counts"].items()))
+        best = snap["best"]
+        best_text = f" best {self.spec.metric}={best['value']:.6g} ({best['trial_id']})" if best else ""
+        lines = [f"{len(trials)} trials: {counts}{best_text}"]
+        lines += format_trial_table(trials, self.spec.metric, self.spec.mode, TABLE_ROWS)
+        self._emit(("\n" + PROGRESS_MARK).join(lines))
+        # A machine-readable line too, so a watcher of the log stream needs no storage access.
+        self._emit("progress " + json.dumps({"counts": snap["counts"], "best": best}, default=str))
+
+
+def _error_line(trial: Any) -> str:
+    err = getattr(trial, "error_file", None) or ""
+    msg = ""
+    path = getattr(trial, "path", None)
+    if path:
+        try:
+            msg = trial_error_text(trial)
+        except Exception:
+            msg = ""
+    return (msg or str(err) or "unknown error").strip().splitlines()[-1][:300]
+
+
+def trial_error_text(trial: Any) -> str:
+    """The last lines of a trial's error, read from its ``error.txt`` (in storage) when Tune wrote one."""
+    path = getattr(trial, "path", None)
+    fs = getattr(getattr(trial, "storage", None), "storage_filesystem", None)
+    if not path or fs is None:
+        return ""
+    try:
+        with fs.open_input_stream(f"{path}/error.txt") as stream:
+            text = stream.read().decode(errors="replace")
+    except Exception:
+        return ""
+    return "\n".join(text.strip().splitlines()[-6:])
+
+
+def _metric_of(trial: Any, metric: str) -> float | None:
+    value = (getattr(trial, "last_result", None) or {}).get(metric)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def format_trial_table(trials: list, metric: str, mode: str, rows: int) -> list[str]:
+    def order(t: Any) -> tuple[int, float]:
+        value = _metric_of(t, metric)
+        if value is None:
+            return (1, 0.0)
+        return (0, value if mode == "min" else -value)
+
+    shown = sorted(trials, key=order)[:rows]
+    out = [f"  {'trial':<20} {'status':<11} {'iter':>5} {metric:>12}  config"]
+    for t in shown:
+        value = _metric_of(t, metric)
+        it = (t.last_result or {}).get("training_iteration", "")
+        config = json.dumps(jsonable(t.config), sort_keys=True)
+        if len(config) > 70:
+            config = config[:67] + "..."
+        shown_value = f"{value:.6g}" if value is not None else "-"
+        out.append(f"  {t.trial_id:<20} {t.status:<11} {it!s:>5} {shown_value:>12}  {config}")
+    if len(trials) > rows:
+        out.append(f"  ... {len(trials) - rows} more")
+    return out
+
+
+def progress_snapshot(spec: ExperimentSpec, trials: list) -> dict[str, Any]:
+    counts = Counter(str(t.status) for t in trials)
+    sign = 1.0 if spec.mode == "min" else -1.0
+    scored: list[tuple[Any, float]] = []
+    for t in trials:
+        value = _metric_of(t, spec.metric)
+        if value is not None:
+            scored.append((t, value))
+    scored.sort(key=lambda tv: sign * tv[1])
+    top = [_trial_brief(t, spec.metric) for t, _ in scored[:TOP_TRIALS]]
+    running = [_trial_brief(t, spec.metric) for t in trials if t.status == "RUNNING"][:MAX_RUNNING_LISTED]
+    best = top[0] if top else None
+    return {
+        "experiment": spec.name,
+        "metric": spec.metric,
+        "mode": spec.mode,
+        "updated_at": time.time(),
+        "num_trials": len(trials),
+        "counts": dict(counts),
+        "best": {"trial_id": best["trial_id"], "value": best["value"], "config": best["config"]} if best else None,
+        "top": top,
+        "running": running,
+    }
+
+
+def _trial_brief(trial: Any, metric: str) -> dict[str, Any]:
+    result = trial.last_result or {}
+    return {
+        "trial_id": trial.trial_id,
+        "status": trial.status,
+        "iteration": result.get("training_iteration"),
+        "value": _metric_of(trial, metric),
+        "config": jsonable(trial.config),
+    }
+
+
+# --- result manifest ----------------------------------------------------------------------------------------------
+def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str | None) -> dict[str, Any]:
+    """The XCom contract plus a per-trial summary, from Tune's ResultGrid."""
+    trials = []
+    num_errored = 0
+    for result in result_grid:
+        errored = result.error is not None
+        num_errored += errored
+        trial_id = (result.metrics or {}).get("trial_id") or _trial_id_from_path(result.path)
+        trials.append(
+            {
+                "trial_id": trial_id,
+                "status": "ERROR" if errored else "TERMINATED",
+                "config": jsonable(result.config),
+                "metrics": jsonable_metrics(result.metrics, limit=20),
+                "error": _short_error(result.error) if errored else None,
+                "path": storage.with_scheme(spec.storage_path, result.path) if result.path else None,
+            }
+        )
+    best_trial_id = best_config = best_checkpoint_uri = None
+    best_metrics: dict[str, Any] = {}
+    try:
+        best = result_grid.get_best_result(metric=spec.metric, mode=spec.mode, scope=spec.best_scope)
+    except (RuntimeError, ValueError, KeyError):
+        best = None
+    if best is not None and best.metrics and spec.metric in best.metrics:
+        best_trial_id = best.metrics.get("trial_id")
+        best_config = jsonable(best.config)
+        best_metrics = jsonable_metrics(best.metrics)
+        best_checkpoint_uri = _best_checkpoint_uri(spec, best)
+    return {
+        "experiment": spec.name,
+        "experiment_uri": spec.experiment_uri,
+        "job_id": job_id,
+        "metric": spec.metric,
+        "mode": spec.mode,
+        "best_trial_id": best_trial_id,
+        "best_config": best_config,
+        "best_metrics": best_metrics,
+        "best_checkpoint_uri": best_checkpoint_uri,
+        "num_trials": len(trials),
+        "num_terminated": len(trials) - num_errored,
+        "num_errored": num_errored,
+        "trials": trials,
+        "finished_at": time.time(),
+    }
+
+
+def _best_checkpoint_uri(spec: ExperimentSpec, best: Any) -> str | None:
+    checkpoint = None
+    try:
+        checkpoint = best.get_best_checkpoint(spec.metric, spec.mode)
+    except (RuntimeError, ValueError, KeyError):
+        checkpoint = None
+    if checkpoint is None:
+        checkpoint = best.checkpoint
+    if checkpoint is None:
+        return None
+    return storage.with_scheme(spec.storage_path, checkpoint.path)
+
+
+def _trial_id_from_path(path: str | None) -> str | None:
+    if not path:
+        return None
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _short_error(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    lines = text.splitlines()
+    return "\n".join(lines[-8:])[:2000]

@@ -1,0 +1,112 @@
+"""Reading and writing experiment files by URI (``s3://``, ``gs://``, ``file://`` or an absolute path).
+
+Used by the engine on the cluster and by Airflow tasks alike, through pyarrow's filesystems (the same layer Tune
+writes with), so whatever Tune can write to, we can read from. S3 settings come from the environment
+(``AWS_ENDPOINT_URL``, keys, region) or the instance's role. pyarrow is imported inside the functions: Airflow-side
+modules import this one at DAG-parse time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow.fs
+
+
+def resolve(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
+    """The filesystem and the scheme-less path of ``uri``."""
+    import pyarrow.fs
+
+    if "://" not in uri:
+        return pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
+    fs, path = pyarrow.fs.FileSystem.from_uri(uri)
+    return fs, path
+
+
+def with_scheme(storage_uri: str, path: str) -> str:
+    """Put back the scheme that Tune's paths lose (``bucket/exp/ckpt`` -> ``s3://bucket/exp/ckpt``)."""
+    if "://" in path:
+        return path
+    if "://" not in storage_uri:
+        return path
+    scheme = storage_uri.split("://", 1)[0]
+    if scheme == "file":
+        return f"file://{path}"
+    return f"{scheme}://{path.lstrip('/')}"
+
+
+def exists(uri: str) -> bool:
+    import pyarrow.fs
+
+    fs, path = resolve(uri)
+    return bool(fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound)
+
+
+def read_bytes(uri: str) -> bytes:
+    fs, path = resolve(uri)
+    with fs.open_input_stream(path) as stream:
+        return bytes(stream.read())
+
+
+def read_json(uri: str) -> Any:
+    return json.loads(read_bytes(uri))
+
+
+def read_json_or_none(uri: str) -> Any:
+    import pyarrow.fs
+
+    fs, path = resolve(uri)
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(path) as stream:
+        return json.loads(stream.read())
+
+
+def write_bytes(uri: str, data: bytes) -> None:
+    """Write a whole object. S3 puts are atomic: a reader sees the old or the new content, never half."""
+    fs, path = resolve(uri)
+    parent = path.rsplit("/", 1)[0]
+    if parent and "://" not in uri:
+        fs.create_dir(parent, recursive=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, path)
+        return
+    with fs.open_output_stream(path) as out:
+        out.write(data)
+
+
+def write_json(uri: str, data: Any) -> None:
+    write_bytes(uri, json.dumps(data, indent=1, sort_keys=True, default=str).encode())
+
+
+def list_files(uri: str) -> list[str]:
+    """Every file below ``uri``, as full URIs (pyarrow's 0-byte folder markers left out)."""
+    import pyarrow.fs
+
+    fs, path = resolve(uri)
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=True, allow_not_found=True))
+    return sorted(with_scheme(uri, info.path) for info in infos if info.type == pyarrow.fs.FileType.File)
+
+
+def glob_names(uri: str, prefix: str) -> list[str]:
+    """Names directly below ``uri`` that start with ``prefix``."""
+    import pyarrow.fs
+
+    fs, path = resolve(uri)
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=False, allow_not_found=True))
+    return sorted(info.base_name for info in infos if info.base_name.startswith(prefix))
+
+
+def download_dir(uri: str, local_dir: str) -> str:
+    """Copy everything below ``uri`` into ``local_dir``; return ``local_dir``."""
+    import pyarrow.fs
+
+    fs, path = resolve(uri)
+    os.makedirs(local_dir, exist_ok=True)
+    pyarrow.fs.copy_files(path, local_dir, source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+    return local_dir
