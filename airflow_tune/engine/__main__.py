@@ -85,9 +85,8 @@ def run(spec: ExperimentSpec) -> int:
     statuses = _trial_statuses(tuner)
     unfinished = {s: n for s, n in statuses.items() if s not in ("TERMINATED", "ERROR")}
     if unfinished:
-        say(
-            f"interrupted after {time.monotonic() - started:.0f}s with trials {unfinished}; state saved, a rerun resumes"
-        )
+        elapsed = time.monotonic() - started
+        say(f"interrupted after {elapsed:.0f}s with trials {unfinished}; state saved, a rerun resumes")
         return EXIT_INTERRUPTED
     manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
     storage.write_json(result_uri, manifest)
