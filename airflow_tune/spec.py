@@ -6,6 +6,7 @@ Tuner from it on the cluster. Every error names the field, the value and the fix
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -85,12 +86,13 @@ STORAGE_SCHEMES = ("s3", "gs", "gcs", "file", "hdfs", "abfs", "abfss", "az")
 ERRORED_TRIAL_POLICIES = ("resume", "restart", "keep")
 BEST_SCOPES = ("last", "all", "last-5-avg", "last-10-avg", "avg")
 
+# ``\Z``, not ``$``: ``$`` also matches before a trailing newline, which would let "name\n" through.
 _IMPORT_PATH = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_]\w*)*$"
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 )
-_EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}$")
-_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")
+_EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}\Z")
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*\Z")
 
 
 class SpecError(ValueError):
@@ -101,9 +103,16 @@ class SpecError(ValueError):
         lines = "\n".join(f"  - {e}" for e in errors)
         super().__init__(f"invalid experiment spec ({len(errors)} problem{'s' if len(errors) > 1 else ''}):\n{lines}")
 
+    def __reduce__(self) -> tuple[type[SpecError], tuple[list[str]]]:
+        # Rebuild from the list, not from the formatted message (crossing a process keeps the message intact).
+        return (type(self), (self.errors,))
+
 
 def _show(value: Any) -> str:
-    text = json.dumps(value, default=repr) if not isinstance(value, str) else repr(value)
+    try:
+        text = json.dumps(value, default=repr) if not isinstance(value, str) else repr(value)
+    except (TypeError, ValueError):  # e.g. a dict with non-string keys from a Python caller
+        text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -113,6 +122,16 @@ def _is_number(value: Any) -> bool:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _did_you_mean(key: Any, known: Any) -> str | None:
+    """The closest known name to a misspelt ``key``: case, underscores and small typos."""
+    text = str(key)
+    for k in known:
+        if k.replace("_", "") == text.lower().replace("_", ""):
+            return str(k)
+    close = difflib.get_close_matches(text.lower(), list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 class _Errors:
@@ -133,6 +152,16 @@ def primitive_of(node: Any) -> str | None:
     return None
 
 
+def _check_param_space(space: Mapping[str, Any], path: str, errors: _Errors) -> None:
+    """The root of a search space maps parameter names to nodes; it is never a primitive itself (a parameter may be
+    called "choice" or "sample"), which is also how the engine reads it."""
+    for key, child in space.items():
+        if not isinstance(key, str):
+            errors.add(path, key, "search-space keys must be strings", "use string parameter names")
+            continue
+        _check_space(child, f"{path}.{key}", errors)
+
+
 def _check_space(node: Any, path: str, errors: _Errors) -> None:
     name = primitive_of(node)
     if name is None:
@@ -145,14 +174,12 @@ def _check_space(node: Any, path: str, errors: _Errors) -> None:
                         path,
                         node,
                         f"unknown search-space primitive {key!r}",
-                        f"use one of {', '.join(PRIMITIVES)}" + (f" (did you mean {close[0]!r}?)" if close else ""),
+                        f"use one of {', '.join(PRIMITIVES)}"
+                        + (f" (did you mean {close[0]!r}?)" if close else "")
+                        + ', or {"const": {...}} for a plain nested value',
                     )
                     return
-            for key, child in node.items():
-                if not isinstance(key, str):
-                    errors.add(path, key, "search-space keys must be strings", "use string parameter names")
-                    continue
-                _check_space(child, f"{path}.{key}", errors)
+            _check_param_space(node, path, errors)
             return
         if isinstance(node, list):
             for i, child in enumerate(node):
@@ -206,7 +233,8 @@ def _check_space(node: Any, path: str, errors: _Errors) -> None:
             errors.add(path, node, "q must be > 0", "give a positive quantization step")
         elif name in ("qrandint", "qlograndint") and not _is_int(q):
             errors.add(path, node, "q must be an integer for integer primitives", "use an integer step")
-    if name in ("loguniform", "lograndint") and len(args) == 3 and args[2] <= 1:
+    base_at = 3 if name in ("qloguniform", "qlograndint") else 2
+    if name in _LOG_PRIMITIVES and len(args) > base_at and args[base_at] <= 1:
         errors.add(path, node, "the log base must be > 1", "use base 10 or e")
 
 
@@ -226,11 +254,16 @@ def _arg_names(name: str) -> str:
 
 
 def space_has_grid(node: Any) -> bool:
+    return bool(_grids(node, "param_space"))
+
+
+def _grids(node: Any, path: str) -> list[tuple[str, Any]]:
+    """Every grid_search node in a space, with its path."""
     if primitive_of(node) == "grid_search":
-        return True
+        return [(path, node)]
     if isinstance(node, Mapping) and primitive_of(node) is None:
-        return any(space_has_grid(v) for v in node.values())
-    return False
+        return [g for k, v in node.items() for g in _grids(v, f"{path}.{k}")]
+    return []
 
 
 # --- spec parts ---------------------------------------------------------------------------------------------------
@@ -344,12 +377,12 @@ class ExperimentSpec:
         known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
-                close = [k for k in known if k.replace("_", "") == str(key).lower().replace("_", "")]
+                close = _did_you_mean(key, sorted(known))
                 errors.add(
                     str(key),
                     data[key],
                     "unknown field",
-                    f"did you mean {close[0]!r}?" if close else f"known fields: {', '.join(sorted(known))}",
+                    f"did you mean {close!r}?" if close else f"known fields: {', '.join(sorted(known))}",
                 )
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
@@ -380,13 +413,16 @@ class ExperimentSpec:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SpecError([f"spec is not valid JSON: {exc}; check quotes and commas"]) from None
+        except TypeError:
+            raise SpecError([f"spec = {_show(text)}: is not JSON text; pass a str (or use from_dict)"]) from None
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, **kwargs)
+        kwargs.setdefault("sort_keys", True)
+        return json.dumps(self.to_dict(), **kwargs)
 
     # -- derived --------------------------------------------------------------------------------------------------
     @property
@@ -418,7 +454,8 @@ def _build_part(key: str, value: Any, errors: _Errors) -> Any:
     if key == "resources" and isinstance(value, list):
         value = {"bundles": value}
     elif key == "resources" and isinstance(value, Mapping) and "bundles" not in value and "per_trial" not in value:
-        value = {"per_trial": dict(value)}
+        amounts = {k: v for k, v in value.items() if k != "strategy"}
+        value = {"per_trial": amounts, **({"strategy": value["strategy"]} if "strategy" in value else {})}
     if key in ("scheduler", "search") and isinstance(value, str):
         value = {"factory": value} if ":" in value else {"name": value}
     if not isinstance(value, Mapping):
@@ -427,7 +464,9 @@ def _build_part(key: str, value: Any, errors: _Errors) -> Any:
     known = {f.name for f in fields(cls)}
     bad = [k for k in value if k not in known]
     for k in bad:
-        errors.add(f"{key}.{k}", value[k], "unknown field", f"{key} takes {_field_list(cls)}")
+        close = _did_you_mean(k, [f.name for f in fields(cls)])
+        hint = f"did you mean {close!r}? " if close else ""
+        errors.add(f"{key}.{k}", value[k], "unknown field", f"{hint}{key} takes {_field_list(cls)}")
     if bad:
         return None
     if key in ("scheduler", "search") and value.get("factory") and "name" not in value:
@@ -472,7 +511,7 @@ def _validate_fields(kw: dict[str, Any], errors: _Errors) -> None:
     if not isinstance(space, Mapping):
         errors.add("param_space", space, "must be a JSON object", 'write {"lr": {"loguniform": [1e-4, 1e-1]}, ...}')
     else:
-        _check_space(space, "param_space", errors)
+        _check_param_space(space, "param_space", errors)
     tk = kw.get("trainable_kwargs", {})
     if not isinstance(tk, Mapping):
         errors.add("trainable_kwargs", tk, "must be a JSON object", "pass keyword arguments as {name: value}")
@@ -531,7 +570,7 @@ def _validate_fields(kw: dict[str, Any], errors: _Errors) -> None:
     if scope not in BEST_SCOPES:
         errors.add("best_scope", scope, "unknown scope", f"use one of {', '.join(BEST_SCOPES)}")
     version = kw.get("version", SPEC_VERSION)
-    if version != SPEC_VERSION:
+    if not _is_int(version) or version != SPEC_VERSION:
         errors.add("version", version, "unsupported spec version", f"this engine reads version {SPEC_VERSION}")
 
 
@@ -676,13 +715,14 @@ def _check_search(kw: dict[str, Any], errors: _Errors) -> None:
         if arg in search.args:
             errors.add(f"search.args.{arg}", search.args[arg], "is set by the spec", f"set the spec's {arg} instead")
     space = kw.get("param_space", {})
-    if name not in ("random", "grid") and isinstance(space, Mapping) and space_has_grid(space):
-        errors.add(
-            "param_space",
-            "grid_search",
-            f"the {name} searcher cannot sample grid_search",
-            'use "choice", or the random/grid searcher',
-        )
+    if name not in ("random", "grid") and isinstance(space, Mapping):
+        for path, node in _grids(space, "param_space"):
+            errors.add(
+                path,
+                node,
+                f"the {name} searcher cannot sample grid_search",
+                'use "choice", or the random/grid searcher',
+            )
 
 
 def _check_resources(res: Any, errors: _Errors) -> None:
@@ -756,12 +796,13 @@ def experiment_name_for(dag_id: str, task_id: str, run_id: str, map_index: int =
     digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
 
     def clean(text: str, limit: int) -> str:
-        text = re.sub(r"[^A-Za-z0-9._=-]+", "-", text).strip("-.")
+        # Each part starts and ends with a letter or digit: the name must start with one ("_dag" is a valid dag id).
+        text = re.sub(r"[^A-Za-z0-9._=-]+", "-", str(text)).strip("-._=")
         text = re.sub(r"\.{2,}", ".", text)
-        return text[:limit].strip("-.") or "x"
+        return text[:limit].strip("-._=") or "x"
 
     parts = [clean(dag_id, 60), clean(task_id, 60)]
     if map_index is not None and map_index >= 0:
-        parts.append(str(map_index))
+        parts.append(str(map_index)[:12])
     parts.append(clean(run_id, 50))
     return "__".join(parts) + f"-{digest}"
