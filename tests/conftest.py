@@ -15,12 +15,11 @@ TEST_ROOT = Path(tempfile.mkdtemp(prefix="aft-tests-"))
 
 os.environ["AIRFLOW_HOME"] = str(TEST_ROOT / "stack" / "airflow")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(TEST_ROOT / "dags")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO_ROOT / "tests" / "e2e" / "dags")
 os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("RAY_API_SERVER_ADDRESS", None)
-(TEST_ROOT / "dags").mkdir(parents=True, exist_ok=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,0 +1,489 @@
+"""RayTuneOperator: run a Ray Tune experiment on a Ray cluster as a Ray job and return its winner through XCom."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.sdk import BaseOperator
+
+from airflow_tune.exceptions import RayJobError
+from airflow_tune.hooks.ray import RayHook
+from airflow_tune.links.ray import RayJobLink
+from airflow_tune.spec import ExperimentSpec, experiment_name_for
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: Keys of the XCom result; stable, documented in the README.
+RESULT_KEYS = (
+    "experiment",
+    "experiment_uri",
+    "job_id",
+    "metric",
+    "mode",
+    "best_trial_id",
+    "best_config",
+    "best_metrics",
+    "best_checkpoint_uri",
+    "num_trials",
+    "num_terminated",
+    "num_errored",
+    "dashboard_url",
+)
+LIVE_STATUSES = ("PENDING", "RUNNING")
+TERMINAL_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+METADATA_EXPERIMENT = "airflow_tune_experiment"
+METADATA_EXPERIMENT_URI = "airflow_tune_experiment_uri"
+STATE_JOB_ID = "ray_job_id"
+LOG_MARK = "[airflow-tune] "
+ENGINE_ENTRYPOINT = "python -m airflow_tune.engine"
+
+# Spec fields the operator passes through as they are (each is also a templated argument).
+_SPEC_FIELDS = (
+    "trainable",
+    "param_space",
+    "metric",
+    "mode",
+    "num_samples",
+    "max_concurrent_trials",
+    "reuse_actors",
+    "time_budget_s",
+    "stop",
+    "scheduler",
+    "search",
+    "points_to_evaluate",
+    "resources_per_trial",
+    "checkpoint",
+    "failure",
+    "storage_path",
+    "trainable_kwargs",
+    "errored_trials",
+    "best_scope",
+    "progress_interval_s",
+)
+_STRING_FIELDS = {"trainable", "metric", "mode", "storage_path", "errored_trials", "best_scope"}
+# BaseOperator has its own "resources"; the spec's field is set from this argument.
+_SPEC_NAMES = {"resources_per_trial": "resources"}
+
+
+def trainable_path(trainable: str | Callable[..., Any] | type) -> str:
+    """``"module:qualname"`` of a function or Trainable class, which must be importable on the cluster too."""
+    if isinstance(trainable, str):
+        return trainable
+    module = getattr(trainable, "__module__", None)
+    qualname = getattr(trainable, "__qualname__", None)
+    if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname or module == "__main__":
+        raise TypeError(
+            f"trainable {trainable!r} cannot be shipped by import path: define it at module level in a module the "
+            'cluster can import (ship it with working_dir=/py_modules=), or pass "package.module:name"'
+        )
+    return f"{module}:{qualname}"
+
+
+def engine_package_dir() -> str:
+    import airflow_tune
+
+    return str(Path(airflow_tune.__file__).resolve().parent)
+
+
+class RayTuneOperator(BaseOperator):
+    """Run a Ray Tune hyperparameter search on a Ray cluster and return the best trial through XCom.
+
+    The experiment runs as a Ray job whose driver (``python -m airflow_tune.engine``, shipped with the job) builds
+    the Tuner from a validated JSON spec. Every try of a task instance works on the same experiment: a retry
+    reattaches to a live job, returns the result of a finished one, or starts a job that restores the experiment.
+
+    :param trainable: a function or ``tune.Trainable`` subclass, or its import path ``"package.module:name"``;
+        the cluster must be able to import it (ship it with ``working_dir``/``py_modules``/``pip``).
+    :param storage_path: where Tune keeps experiment state and checkpoints, e.g. ``s3://bucket/experiments``.
+    :param metric: the metric the trainable reports and the search optimizes.
+    :param mode: ``"min"`` or ``"max"``.
+    :param param_space: the search space as JSON, e.g. ``{"lr": {"loguniform": [1e-4, 1e-1]}}``.
+    :param num_samples: how many times to sample the space (times each grid point).
+    :param max_concurrent_trials: at most this many trials at once.
+    :param reuse_actors: reuse Class API actors between trials (``reset_config``).
+    :param time_budget_s: stop starting and running trials after this many seconds.
+    :param stop: per-trial stop criteria, e.g. ``{"training_iteration": 10}``.
+    :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``.
+    :param search: ``"optuna"`` or ``{"name": "optuna", "args": {...}, "max_concurrent": 2}``.
+    :param points_to_evaluate: configs to try first.
+    :param resources_per_trial: ``{"cpu": 1, "gpu": 0, "memory": bytes, "<custom>": n}``, or a list of
+        placement group bundles ``[{"CPU": 1}, {"CPU": 1}]`` (the trial runs in the first, its child actors in the
+        others); by default a Trainable's ``default_resource_request``, else 1 CPU.
+    :param checkpoint: ``{"num_to_keep": 2, "frequency": 1, "at_end": true}``.
+    :param failure: ``{"max_failures": 1, "fail_fast": false, "tolerate_errored_trials": true}``.
+    :param trainable_kwargs: JSON keyword arguments for the trainable (``tune.with_parameters``).
+    :param errored_trials: on restore, ``resume``, ``restart`` or ``keep`` errored trials.
+    :param best_scope: Tune's scope for picking the best trial (``last``, ``all``, ...).
+    :param experiment_name: the experiment's name; by default derived from dag, task, map index and run id.
+    :param ray_conn_id: the ``ray`` connection to the cluster's dashboard.
+    :param working_dir: a local folder or URI uploaded as the job's working dir.
+    :param py_modules: local packages or URIs shipped with the job.
+    :param pip: pip requirements installed for the job.
+    :param runtime_env: any other Ray runtime_env settings (merged; ``env_vars`` hold no secrets: they are
+        visible in the job's metadata).
+    :param wait_for_completion: wait for the experiment (default); with False, return the job id and
+        experiment URI at once for a :class:`~airflow_tune.sensors.tune.RayTuneSensor`.
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param poll_interval: seconds between status checks.
+    :param stop_wait_s: how long Ray waits for the driver to save state after the stop signal.
+    :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
+    """
+
+    template_fields: Sequence[str] = (
+        *_SPEC_FIELDS,
+        "experiment_name",
+        "working_dir",
+        "py_modules",
+        "pip",
+        "runtime_env",
+    )
+    template_fields_renderers = {
+        "param_space": "json",
+        "stop": "json",
+        "scheduler": "json",
+        "search": "json",
+        "points_to_evaluate": "json",
+        "resources_per_trial": "json",
+        "checkpoint": "json",
+        "failure": "json",
+        "trainable_kwargs": "json",
+        "runtime_env": "json",
+    }
+    operator_extra_links = (RayJobLink(),)
+    ui_color = "#d6ecfa"
+
+    def __init__(
+        self,
+        *,
+        trainable: str | Callable[..., Any] | type,
+        storage_path: str,
+        metric: str,
+        mode: str,
+        param_space: dict[str, Any] | str | None = None,
+        num_samples: int | str = 1,
+        max_concurrent_trials: int | str | None = None,
+        reuse_actors: bool = False,
+        time_budget_s: float | str | None = None,
+        stop: dict[str, float] | str | None = None,
+        scheduler: str | dict[str, Any] | None = None,
+        search: str | dict[str, Any] | None = None,
+        points_to_evaluate: list[dict[str, Any]] | str | None = None,
+        resources_per_trial: dict[str, Any] | list[dict[str, float]] | str | None = None,
+        checkpoint: dict[str, Any] | str | None = None,
+        failure: dict[str, Any] | str | None = None,
+        trainable_kwargs: dict[str, Any] | str | None = None,
+        errored_trials: str = "resume",
+        best_scope: str = "last",
+        progress_interval_s: float = 10.0,
+        experiment_name: str | None = None,
+        ray_conn_id: str = RayHook.default_conn_name,
+        working_dir: str | None = None,
+        py_modules: list[str] | None = None,
+        pip: list[str] | str | None = None,
+        runtime_env: dict[str, Any] | str | None = None,
+        wait_for_completion: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 5.0,
+        stop_wait_s: int = 60,
+        ship_engine: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.trainable = trainable
+        self.storage_path = storage_path
+        self.metric = metric
+        self.mode = mode
+        self.param_space = param_space if param_space is not None else {}
+        self.num_samples = num_samples
+        self.max_concurrent_trials = max_concurrent_trials
+        self.reuse_actors = reuse_actors
+        self.time_budget_s = time_budget_s
+        self.stop = stop
+        self.scheduler = scheduler
+        self.search = search
+        self.points_to_evaluate = points_to_evaluate
+        self.resources_per_trial = resources_per_trial
+        self.checkpoint = checkpoint
+        self.failure = failure
+        self.trainable_kwargs = trainable_kwargs if trainable_kwargs is not None else {}
+        self.errored_trials = errored_trials
+        self.best_scope = best_scope
+        self.progress_interval_s = progress_interval_s
+        self.experiment_name = experiment_name
+        self.ray_conn_id = ray_conn_id
+        self.working_dir = working_dir
+        self.py_modules = py_modules
+        self.pip = pip
+        self.runtime_env = runtime_env
+        self.wait_for_completion = wait_for_completion
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self.stop_wait_s = stop_wait_s
+        self.ship_engine = ship_engine
+        self.job_id: str | None = None
+
+    @cached_property
+    def hook(self) -> RayHook:
+        return RayHook(ray_conn_id=self.ray_conn_id)
+
+    # -- spec ---------------------------------------------------------------------------------------------------
+    def build_spec(self, context: Context) -> ExperimentSpec:
+        """The validated spec from the rendered arguments; raises ValueError naming each bad field."""
+        data: dict[str, Any] = {}
+        for name in _SPEC_FIELDS:
+            value = getattr(self, name)
+            if name == "trainable":
+                value = trainable_path(value)
+            elif isinstance(value, str) and name not in _STRING_FIELDS:
+                value = _parse_rendered(name, value)
+            if value is not None:
+                data[_SPEC_NAMES.get(name, name)] = value
+        data["name"] = self.experiment_name or self.default_experiment_name(context)
+        return ExperimentSpec.from_dict(data)
+
+    @staticmethod
+    def default_experiment_name(context: Context) -> str:
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return experiment_name_for(ti.dag_id, ti.task_id, context["run_id"], -1 if map_index is None else map_index)
+
+    def build_runtime_env(self, spec: ExperimentSpec, job_id: str) -> dict[str, Any]:
+        runtime_env = _parse_rendered("runtime_env", self.runtime_env) if self.runtime_env else {}
+        if not isinstance(runtime_env, dict):
+            raise TypeError(f"runtime_env must be a dict, got {type(runtime_env).__name__}")
+        runtime_env = dict(runtime_env)
+        py_modules = list(runtime_env.pop("py_modules", None) or []) + list(self.py_modules or [])
+        if self.ship_engine:
+            py_modules.insert(0, engine_package_dir())
+        if py_modules:
+            runtime_env["py_modules"] = py_modules
+        if self.working_dir:
+            runtime_env["working_dir"] = self.working_dir
+        if self.pip:
+            runtime_env["pip"] = self.pip
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        env_vars.update(
+            {
+                "AIRFLOW_TUNE_SPEC": spec.to_json(),
+                "AIRFLOW_TUNE_JOB_ID": job_id,
+                # Tune saves its state only on SIGINT; Ray's default stop signal is SIGTERM, then SIGKILL after 3 s.
+                "RAY_JOB_STOP_SIGNAL": "SIGINT",
+                "RAY_JOB_STOP_WAIT_TIME_S": str(self.stop_wait_s),
+            }
+        )
+        runtime_env["env_vars"] = env_vars
+        return runtime_env
+
+    # -- execute ------------------------------------------------------------------------------------------------
+    def execute(self, context: Context) -> Any:
+        spec = self.build_spec(context)
+        job_id, finished = self.resume_or_submit(context, spec)
+        self.job_id = job_id
+        if job_id:
+            RayJobLink.persist(context, job_url=self.hook.job_url(job_id))
+        if finished is not None:
+            self.log.info("Experiment %s already finished; returning its result", spec.name)
+            return self._xcom_result(finished, job_id)
+        assert job_id is not None
+        if not self.wait_for_completion:
+            return {
+                "job_id": job_id,
+                "experiment": spec.name,
+                "experiment_uri": spec.experiment_uri,
+                "dashboard_url": self.hook.job_url(job_id),
+            }
+        if self.deferrable:
+            from airflow_tune.triggers.tune import RayTuneTrigger
+
+            self.defer(
+                trigger=RayTuneTrigger(
+                    job_id=job_id,
+                    ray_conn_id=self.ray_conn_id,
+                    poll_interval=self.poll_interval,
+                    deadline=self._deadline(context),
+                    experiment_uri=spec.experiment_uri,
+                ),
+                method_name="execute_complete",
+            )
+        status = self.wait_blocking(job_id)
+        return self.complete(job_id, status, spec.experiment_uri)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        self.job_id = event.get("job_id")
+        experiment_uri = str(event.get("experiment_uri"))
+        status = event.get("status")
+        if status == "timeout":
+            raise RayJobError(f"execution_timeout reached: {event.get('message')}")
+        if status == "error":
+            raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
+        return self.complete(str(self.job_id), str(status), experiment_uri, event.get("message"))
+
+    def on_kill(self) -> None:
+        """Stop the Ray job with SIGINT so Tune saves its state; the next try resumes the experiment."""
+        if self.job_id:
+            self.log.info("Stopping Ray job %s; Tune saves the experiment state for the next try", self.job_id)
+            try:
+                self.hook.stop_job(self.job_id)
+            except Exception:
+                self.log.exception("Could not stop Ray job %s", self.job_id)
+
+    # -- retries ------------------------------------------------------------------------------------------------
+    def resume_or_submit(self, context: Context, spec: ExperimentSpec) -> tuple[str | None, dict[str, Any] | None]:
+        """Reattach to a live job of this experiment, return a finished result, or submit a job that restores.
+
+        :return: the job id, and the finished result when there is one.
+        """
+        from airflow_tune import storage
+
+        jobs = self.hook.find_jobs({METADATA_EXPERIMENT: spec.name})
+        live = [j for j in jobs if j.get("status") in LIVE_STATUSES]
+        if live:
+            job_id = live[0]["submission_id"]
+            self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
+            self._remember_job(context, job_id)
+            return job_id, None
+        result = storage.read_json_or_none(f"{spec.manifest_dir_uri}/result.json")
+        if result is not None:
+            job_id = result.get("job_id") or (jobs[0]["submission_id"] if jobs else None)
+            return job_id, result
+        if jobs:
+            self.log.info(
+                "Experiment %s has %d earlier job(s), none live: the new job restores it from %s",
+                spec.name,
+                len(jobs),
+                spec.experiment_uri,
+            )
+        job_id = f"{spec.name}-{len(jobs) + 1}-{uuid.uuid4().hex[:6]}"
+        ti = context["ti"]
+        metadata = {
+            METADATA_EXPERIMENT: spec.name,
+            METADATA_EXPERIMENT_URI: spec.experiment_uri,
+            "airflow_dag_id": str(ti.dag_id),
+            "airflow_task_id": str(ti.task_id),
+            "airflow_run_id": str(context["run_id"]),
+            "airflow_map_index": str(getattr(ti, "map_index", -1)),
+            "airflow_try_number": str(getattr(ti, "try_number", "")),
+        }
+        self.hook.submit_job(
+            entrypoint=ENGINE_ENTRYPOINT,
+            submission_id=job_id,
+            runtime_env=self.build_runtime_env(spec, job_id),
+            metadata=metadata,
+        )
+        self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
+        self._remember_job(context, job_id)
+        return job_id, None
+
+    def _remember_job(self, context: Context, job_id: str) -> None:
+        store = context.get("task_state_store")  # type: ignore[call-overload]
+        if store is None:
+            return
+        try:
+            store.set(STATE_JOB_ID, job_id)
+        except Exception as exc:  # the job metadata still identifies the experiment's jobs
+            self.log.warning("Could not keep the job id in task_state_store: %s", exc)
+
+    def _deadline(self, context: Context) -> float | None:
+        if not self.execution_timeout:
+            return None
+        start = getattr(context["ti"], "start_date", None)
+        started = start.timestamp() if start is not None else time.time()
+        timeout = self.execution_timeout
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        return started + seconds
+
+    # -- waiting ------------------------------------------------------------------------------------------------
+    def wait_blocking(self, job_id: str) -> str:
+        """Poll until the job ends, printing the engine's progress lines into the task log."""
+        printed = 0
+        while True:
+            info = self.hook.get_job_info(job_id)
+            status = str(info.get("status"))
+            printed = self._print_progress(job_id, printed)
+            if status in TERMINAL_STATUSES:
+                return status
+            time.sleep(self.poll_interval)
+
+    def _print_progress(self, job_id: str, printed: int) -> int:
+        try:
+            logs = self.hook.get_job_logs(job_id)
+        except Exception as exc:
+            self.log.debug("Could not read job logs: %s", exc)
+            return printed
+        lines = progress_lines(logs)
+        for line in lines[printed:]:
+            self.log.info("%s", line)
+        return len(lines)
+
+    # -- results ------------------------------------------------------------------------------------------------
+    def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:
+        """The XCom result of a finished job, or a task failure that says why the job did not succeed."""
+        from airflow_tune import storage
+
+        if status == "SUCCEEDED":
+            result = storage.read_json_or_none(f"{experiment_uri}/.airflow_tune/result.json")
+            if result is None:
+                raise RayJobError(
+                    f"Ray job {job_id} succeeded but wrote no result at {experiment_uri}/.airflow_tune/result.json"
+                )
+            return self._xcom_result(result, job_id)
+        raise RayJobError(self._failure_text(job_id, status, message))
+
+    def _failure_text(self, job_id: str, status: str, message: str | None) -> str:
+        if message is None:
+            try:
+                message = str(self.hook.get_job_info(job_id).get("message") or "")
+            except Exception:
+                message = ""
+        try:
+            logs = self.hook.get_job_logs(job_id)
+        except Exception as exc:
+            logs = f"(job logs unavailable: {exc})"
+        tail = "\n".join(logs.strip().splitlines()[-40:])
+        trial_errors = [line for line in logs.splitlines() if " errored: " in line and LOG_MARK in line]
+        parts = [f"Ray job {job_id} {status}: {message}".rstrip(": ")]
+        if trial_errors:
+            parts.append("Trial errors:\n" + "\n".join(trial_errors[-10:]))
+        parts.append(f"Last lines of the job log:\n{tail}")
+        return "\n".join(parts)
+
+    def _xcom_result(self, result: dict[str, Any], job_id: str | None) -> dict[str, Any]:
+        out = {key: result.get(key) for key in RESULT_KEYS}
+        out["job_id"] = result.get("job_id") or job_id
+        out["dashboard_url"] = self.hook.job_url(out["job_id"]) if out["job_id"] else None
+        self.log.info(
+            "Best trial %s: %s=%s config=%s checkpoint=%s",
+            out["best_trial_id"],
+            out["metric"],
+            (out["best_metrics"] or {}).get(out["metric"]),
+            json.dumps(out["best_config"]),
+            out["best_checkpoint_uri"],
+        )
+        return out
+
+
+def progress_lines(logs: str) -> list[str]:
+    """The engine's own lines of a job log (trial tables, trial errors, the result)."""
+    return [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
+
+
+def _parse_rendered(name: str, value: Any) -> Any:
+    """Templates render to strings; JSON-valued arguments given as (rendered) strings are parsed."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{name} = {value[:80]!r}: not valid JSON after rendering ({exc}); render a JSON value, e.g. with "
+            "'{{ params.x | tojson }}', or set render_template_as_native_obj=True on the DAG"
+        ) from None

@@ -1,0 +1,180 @@
+"""RayTuneSensor: wait for a Ray Tune experiment submitted earlier (``RayTuneOperator(wait_for_completion=False)``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+
+from airflow_tune.exceptions import RayJobError
+from airflow_tune.hooks.ray import RayHook
+from airflow_tune.links.ray import RayJobLink
+from airflow_tune.operators.tune import METADATA_EXPERIMENT_URI, RESULT_KEYS, TERMINAL_STATUSES
+from airflow_tune.triggers.tune import best_reaches
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class RayTuneSensor(BaseSensorOperator):
+    """Wait until a Ray Tune experiment finishes (or its best metric reaches a target) and return its result.
+
+    Give ``job_id`` to follow a Ray job, or only ``experiment_uri`` to wait for the experiment's result in storage
+    (whoever runs it). Returns the same XCom result as :class:`~airflow_tune.operators.tune.RayTuneOperator`; when
+    the target is reached first, the result is the best trial so far, with ``"finished": false``.
+
+    :param job_id: the Ray job's submission id, e.g. ``"{{ ti.xcom_pull('submit')['job_id'] }}"``.
+    :param experiment_uri: the experiment's URI, e.g. ``"{{ ti.xcom_pull('submit')['experiment_uri'] }}"``.
+    :param target: succeed early once the best value of ``metric`` reaches this.
+    :param target_mode: ``min`` (reach ``target`` or below) or ``max`` (``target`` or above); default: the
+        experiment's mode.
+    :param ray_conn_id: the ``ray`` connection.
+    :param deferrable: wait in the triggerer.
+    """
+
+    template_fields: Sequence[str] = ("job_id", "experiment_uri", "target")
+    operator_extra_links = (RayJobLink(),)
+
+    def __init__(
+        self,
+        *,
+        job_id: str | None = None,
+        experiment_uri: str | None = None,
+        target: float | str | None = None,
+        target_mode: str | None = None,
+        ray_conn_id: str = RayHook.default_conn_name,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job_id = job_id
+        self.experiment_uri = experiment_uri
+        self.target = target
+        self.target_mode = target_mode
+        self.ray_conn_id = ray_conn_id
+        self.deferrable = deferrable
+
+    @cached_property
+    def hook(self) -> RayHook:
+        return RayHook(ray_conn_id=self.ray_conn_id)
+
+    def _validate(self) -> None:
+        if not self.job_id and not self.experiment_uri:
+            raise ValueError("RayTuneSensor needs job_id or experiment_uri; pass the submitting task's XCom values")
+        if self.target is not None:
+            try:
+                self.target = float(self.target)
+            except (TypeError, ValueError):
+                raise ValueError(f"target = {self.target!r}: not a number; give the metric value to wait for") from None
+            if not self.experiment_uri:
+                raise ValueError("target needs experiment_uri, where the experiment's progress.json is read")
+        if self.target_mode not in (None, "min", "max"):
+            raise ValueError(f"target_mode = {self.target_mode!r}: say 'min' or 'max'")
+
+    def execute(self, context: Context) -> Any:
+        self._validate()
+        if self.job_id:
+            RayJobLink.persist(context, job_url=self.hook.job_url(self.job_id))
+        if self.deferrable and self.job_id:
+            if (early := self.poke(context)) and isinstance(early, PokeReturnValue) and early.is_done:
+                return early.xcom_value
+            from airflow_tune.triggers.tune import RayTuneTrigger
+
+            self.defer(
+                trigger=RayTuneTrigger(
+                    job_id=self.job_id,
+                    ray_conn_id=self.ray_conn_id,
+                    poll_interval=float(self.poke_interval),
+                    experiment_uri=self.experiment_uri,
+                    target=self.target,  # type: ignore[arg-type]
+                    mode=self.target_mode,
+                ),
+                method_name="execute_complete",
+            )
+        return super().execute(context)
+
+    def poke(self, context: Context) -> PokeReturnValue | bool:
+        from airflow_tune import storage
+
+        if self.job_id:
+            status = str(self.hook.get_job_info(self.job_id).get("status"))
+            if status in ("FAILED", "STOPPED"):
+                raise RayJobError(self._failure(status))
+            if status == "SUCCEEDED":
+                return PokeReturnValue(is_done=True, xcom_value=self._result(storage.read_json_or_none))
+        elif self.experiment_uri:
+            result = storage.read_json_or_none(f"{self.experiment_uri}/.airflow_tune/result.json")
+            if result is not None:
+                return PokeReturnValue(is_done=True, xcom_value=self._shape(result))
+        if self.target is not None and self.experiment_uri:
+            progress = storage.read_json_or_none(f"{self.experiment_uri}/.airflow_tune/progress.json")
+            if best_reaches(progress, self.target, self.target_mode):  # type: ignore[arg-type]
+                return PokeReturnValue(is_done=True, xcom_value=self._early(progress or {}))
+        return False
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        from airflow_tune import storage
+
+        status = event.get("status")
+        if status == "SUCCEEDED":
+            return self._result(storage.read_json_or_none)
+        if status == "TARGET_REACHED":
+            progress = storage.read_json_or_none(f"{self.experiment_uri}/.airflow_tune/progress.json")
+            return self._early(progress or {})
+        if status in TERMINAL_STATUSES:
+            raise RayJobError(self._failure(str(status), event.get("message")))
+        raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
+
+    def _result(self, read: Any) -> dict[str, Any]:
+        uri = self.experiment_uri or self._experiment_uri_of_job()
+        result = read(f"{uri}/.airflow_tune/result.json")
+        if result is None:
+            raise RayJobError(f"Ray job {self.job_id} succeeded but wrote no result under {uri}/.airflow_tune/")
+        return self._shape(result)
+
+    def _experiment_uri_of_job(self) -> str:
+        info = self.hook.get_job_info(str(self.job_id))
+        uri = (info.get("metadata") or {}).get(METADATA_EXPERIMENT_URI)
+        if not uri:
+            raise ValueError(f"Ray job {self.job_id} was not started by RayTuneOperator; pass experiment_uri")
+        return str(uri)
+
+    def _shape(self, result: dict[str, Any]) -> dict[str, Any]:
+        out = {key: result.get(key) for key in RESULT_KEYS}
+        job_id = out["job_id"] or self.job_id
+        out["job_id"] = job_id
+        out["dashboard_url"] = self.hook.job_url(job_id) if job_id else None
+        out["finished"] = True
+        return out
+
+    def _early(self, progress: dict[str, Any]) -> dict[str, Any]:
+        best = progress.get("best") or {}
+        counts = progress.get("counts") or {}
+        return {
+            "experiment": progress.get("experiment"),
+            "experiment_uri": self.experiment_uri,
+            "job_id": self.job_id,
+            "metric": progress.get("metric"),
+            "mode": progress.get("mode"),
+            "best_trial_id": best.get("trial_id"),
+            "best_config": best.get("config"),
+            "best_metrics": {progress.get("metric"): best.get("value")},
+            "best_checkpoint_uri": None,
+            "num_trials": progress.get("num_trials"),
+            "num_terminated": counts.get("TERMINATED", 0),
+            "num_errored": counts.get("ERROR", 0),
+            "dashboard_url": self.hook.job_url(self.job_id) if self.job_id else None,
+            "finished": False,
+        }
+
+    def _failure(self, status: str, message: str | None = None) -> str:
+        if message is None:
+            message = str(self.hook.get_job_info(str(self.job_id)).get("message") or "")
+        try:
+            tail = "\n".join(self.hook.get_job_logs(str(self.job_id)).strip().splitlines()[-30:])
+        except Exception as exc:
+            tail = f"(job logs unavailable: {exc})"
+        return f"Ray job {self.job_id} {status}: {message}\nLast lines of the job log:\n{tail}"

@@ -1,0 +1,166 @@
+"""RayTuneTrigger: wait in the triggerer for a Ray Tune job, logging its trial progress, without blocking the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_tune.hooks.ray import RayHook
+
+TERMINAL_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+LOG_MARK = "[airflow-tune] "
+
+
+class RayTuneTrigger(BaseTrigger):
+    """Fire one event when a Ray Tune job ends, its deadline passes, a target metric is reached, or the dashboard
+    stays unreachable for too long.
+
+    Status comes from one shared ``GET /api/jobs/`` per interval for all triggers watching the same cluster; the
+    engine's progress lines are copied from the job log into the task log as they appear.
+
+    :param job_id: the Ray job's submission id.
+    :param ray_conn_id: the ``ray`` connection.
+    :param poll_interval: seconds between status checks.
+    :param deadline: a UNIX time after which the job is stopped (SIGINT, state saved) and a ``timeout`` event fires;
+        how the operator's ``execution_timeout`` is honoured while deferred.
+    :param max_unreachable_s: how long the dashboard may stay unreachable before an ``error`` event fires.
+    :param log_progress: copy the engine's progress lines into the task log.
+    :param experiment_uri: the experiment's URI, passed on in the event (and where ``progress.json`` is read for
+        ``target``).
+    :param target: fire ``TARGET_REACHED`` once the experiment's best value reaches this (by ``mode``).
+    :param mode: ``min`` or ``max`` for ``target``; by default the experiment's mode.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        ray_conn_id: str = RayHook.default_conn_name,
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+        max_unreachable_s: float = 120.0,
+        log_progress: bool = True,
+        experiment_uri: str | None = None,
+        target: float | None = None,
+        mode: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.ray_conn_id = ray_conn_id
+        self.poll_interval = poll_interval
+        self.deadline = deadline
+        self.max_unreachable_s = max_unreachable_s
+        self.log_progress = log_progress
+        self.experiment_uri = experiment_uri
+        self.target = target
+        self.mode = mode
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "ray_conn_id": self.ray_conn_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+                "max_unreachable_s": self.max_unreachable_s,
+                "log_progress": self.log_progress,
+                "experiment_uri": self.experiment_uri,
+                "target": self.target,
+                "mode": self.mode,
+            },
+        )
+
+    def _hook(self) -> RayHook:
+        return RayHook(ray_conn_id=self.ray_conn_id)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = self._hook()
+        printed = 0
+        unreachable_since: float | None = None
+        while True:
+            if self.deadline is not None and time.time() >= self.deadline:
+                await self._stop(hook)
+                yield self._event("timeout", "stopped the job with SIGINT")
+                return
+            try:
+                info = await hook.async_job_status(self.job_id, max_age=self.poll_interval)
+                unreachable_since = None
+            except Exception as exc:
+                now = time.monotonic()
+                unreachable_since = unreachable_since or now
+                waited = now - unreachable_since
+                self.log.warning("Ray dashboard unreachable for %.0fs: %s", waited, exc)
+                if waited >= self.max_unreachable_s:
+                    yield self._event("error", f"the Ray dashboard was unreachable for {waited:.0f}s: {exc}")
+                    return
+                await asyncio.sleep(self.poll_interval)
+                continue
+            if info is None:
+                yield self._event("error", "job not found")
+                return
+            status = str(info.get("status"))
+            if self.log_progress:
+                printed = await self._log_progress(hook, printed)
+            if status in TERMINAL_STATUSES:
+                yield self._event(status, info.get("message"))
+                return
+            if self.target is not None and await self._target_reached():
+                yield self._event("TARGET_REACHED")
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    def _event(self, status: str, message: str | None = None) -> TriggerEvent:
+        return TriggerEvent(
+            {"status": status, "job_id": self.job_id, "experiment_uri": self.experiment_uri, "message": message}
+        )
+
+    async def _log_progress(self, hook: RayHook, printed: int) -> int:
+        try:
+            logs = await hook.async_get_job_logs(self.job_id)
+        except Exception as exc:
+            self.log.debug("Could not read the job log: %s", exc)
+            return printed
+        lines = [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
+        for line in lines[printed:]:
+            self.log.info("%s", line)
+        return len(lines)
+
+    async def _target_reached(self) -> bool:
+        if not self.experiment_uri:
+            return False
+        progress = await asyncio.to_thread(_read_progress, self.experiment_uri)
+        return best_reaches(progress, self.target, self.mode)
+
+    async def _stop(self, hook: RayHook) -> None:
+        try:
+            await asyncio.to_thread(hook.stop_job, self.job_id)
+        except Exception as exc:
+            self.log.warning("Could not stop Ray job %s: %s", self.job_id, exc)
+
+    async def on_kill(self) -> None:
+        """The task was marked failed or cleared while deferred: stop the job so Tune saves its state."""
+        self.log.info("Task killed while deferred: stopping Ray job %s with SIGINT", self.job_id)
+        await self._stop(self._hook())
+
+
+def _read_progress(experiment_uri: str) -> dict[str, Any] | None:
+    from airflow_tune import storage
+
+    return storage.read_json_or_none(f"{experiment_uri}/.airflow_tune/progress.json")
+
+
+def best_reaches(progress: dict[str, Any] | None, target: float | None, mode: str | None) -> bool:
+    """Whether the best value so far in ``progress.json`` reaches ``target`` (at or below for min, above for max)."""
+    if not progress or target is None or not progress.get("best"):
+        return False
+    value = progress["best"].get("value")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    mode = mode or progress.get("mode")
+    return value <= target if mode == "min" else value >= target
