@@ -138,8 +138,26 @@ def main(argv: list[str] | None = None) -> int:
         from airflow_tune.engine.build import EngineError
 
         traceback.print_exc()
-        say(f"experiment failed: {type(exc).__name__}: {exc}")
+        if _metric_missing(exc):
+            say(
+                f"experiment failed: a trial's result has no metric {spec.metric!r} (the spec's metric); report it "
+                "with tune.report({...}) or return a dict holding it. A trainable that returns a plain number "
+                "reports it as '_metric': set the spec's metric to '_metric' for such a trainable"
+            )
+            return EXIT_BAD_SPEC
+        say(f"experiment failed: {type(exc).__name__}: {_last_line(exc)}")
         return EXIT_BAD_SPEC if isinstance(exc, EngineError) else EXIT_FAILED
+
+
+def _metric_missing(exc: BaseException) -> bool:
+    """Tune's strict metric check failed: the spec's metric is not in what the trainable reports."""
+    return "did not include the specified metric" in str(exc)
+
+
+def _last_line(exc: BaseException) -> str:
+    """The gist of an error: Tune wraps trial errors in a whole traceback; keep its last line."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1][:1000] if lines else type(exc).__name__
 
 
 if __name__ == "__main__":

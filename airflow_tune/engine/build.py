@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,11 +84,32 @@ def build_trainable(spec: ExperimentSpec) -> Any:
             f"checkpoint.frequency/at_end apply to Class API trainables only, and {spec.trainable!r} is a function: "
             "report checkpoints with tune.report(metrics, checkpoint=...) instead and drop these fields"
         )
+    if not class_api and not inspect.isgeneratorfunction(trainable):
+        trainable = report_zero_return(trainable)
     if spec.trainable_kwargs:
         trainable = tune.with_parameters(trainable, **spec.trainable_kwargs)
     resources = build_resources(spec)
     if resources is not None:
         trainable = tune.with_resources(trainable, resources)
+    return trainable
+
+
+def report_zero_return(fn: Any) -> Any:
+    """``fn`` that also reports a returned 0 as the metric ``_metric``.
+
+    Tune 2.60 reports a number a function trainable returns as ``{"_metric": value}``, but skips any falsy return
+    (``if not output: return``), so a trial returning exactly 0 (often the best value) reports nothing at all.
+    """
+    from ray.tune.result import DEFAULT_METRIC
+
+    @functools.wraps(fn)
+    def trainable(config: dict[str, Any], **kwargs: Any) -> Any:
+        output = fn(config, **kwargs)
+        if isinstance(output, numbers.Number) and not isinstance(output, bool) and output == 0:
+            tune.report({DEFAULT_METRIC: output})
+            return None
+        return output
+
     return trainable
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,26 +44,76 @@ def submit(stack: Any, spec: dict[str, Any], *, env: dict[str, str] | None = Non
     return job_id
 
 
+def status(stack: Any, job_id: str) -> str:
+    return str(client(stack).get_job_status(job_id)).split(".")[-1]
+
+
 def wait(stack: Any, job_id: str, timeout: float = 300) -> str:
     c = client(stack)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = str(c.get_job_status(job_id))
-        status = status.split(".")[-1]
-        if status in TERMINAL:
-            return status
-        time.sleep(0.5)
+        current = status(stack, job_id)
+        if current in TERMINAL:
+            return current
+        time.sleep(0.3)
     c.stop_job(job_id)
     raise TimeoutError(f"job {job_id} did not finish in {timeout}s; logs:\n{c.get_job_logs(job_id)[-4000:]}")
+
+
+def logs(stack: Any, job_id: str) -> str:
+    return str(client(stack).get_job_logs(job_id))
+
+
+def exit_code(stack: Any, job_id: str) -> int | None:
+    """The driver's exit code, from the job's status message ("... exit code N") or its ``driver_exit_code``."""
+    info = client(stack).get_job_info(job_id)
+    code = getattr(info, "driver_exit_code", None)
+    if code is not None:
+        return int(code)
+    found = re.search(r"exit code (-?\d+)", info.message or "")
+    return int(found.group(1)) if found else None
+
+
+def driver_pid(stack: Any, job_id: str, timeout: float = 30) -> int:
+    """The process id of the job's driver (``python -m airflow_tune.engine``), from the job's driver info."""
+    c = client(stack)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = c.get_job_info(job_id)
+        driver = getattr(info, "driver_info", None)
+        if driver is not None and getattr(driver, "pid", None):
+            return int(driver.pid)
+        time.sleep(0.2)
+    raise TimeoutError(f"job {job_id} has no driver after {timeout}s")
+
+
+def result_uri(spec: dict[str, Any]) -> str:
+    return f"{spec['storage_path']}/{spec['name']}/.airflow_tune/result.json"
 
 
 def run(stack: Any, spec: dict[str, Any], timeout: float = 300, **kwargs: Any) -> tuple[str, str, dict | None]:
     """Submit, wait, and return (status, logs, result manifest or None)."""
     job_id = submit(stack, spec, **kwargs)
-    status = wait(stack, job_id, timeout)
-    logs = client(stack).get_job_logs(job_id)
-    result = storage.read_json_or_none(f"{spec['storage_path']}/{spec['name']}/.airflow_tune/result.json")
-    return status, logs, result
+    final = wait(stack, job_id, timeout)
+    return final, logs(stack, job_id), storage.read_json_or_none(result_uri(spec))
+
+
+def run_ok(stack: Any, spec: dict[str, Any], timeout: float = 300, **kwargs: Any) -> tuple[str, dict]:
+    """Run and insist the job succeeded with a manifest; return (logs, manifest)."""
+    final, text, result = run(stack, spec, timeout, **kwargs)
+    assert final == "SUCCEEDED", f"job ended {final}; logs:\n{text[-6000:]}"
+    assert result is not None, f"no result.json; logs:\n{text[-6000:]}"
+    return text, result
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def base_spec(stack: Any, name: str, trainable: str, **fields: Any) -> dict[str, Any]:
@@ -73,3 +126,34 @@ def base_spec(stack: Any, name: str, trainable: str, **fields: Any) -> dict[str,
         "progress_interval_s": 1.0,
         **fields,
     }
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def checkpoint_dirs(trial_uri: str) -> list[str]:
+    """The checkpoint folders of one trial in storage, as URIs, in order."""
+    dirs = set()
+    for uri in storage.list_files(trial_uri):
+        rel = uri[len(trial_uri.rstrip("/")) + 1 :]
+        first = rel.split("/", 1)[0]
+        if first.startswith("checkpoint_") and "/" in rel:
+            dirs.add(f"{trial_uri.rstrip('/')}/{first}")
+    return sorted(dirs)
+
+
+def read_checkpoint_state(uri: str, name: str = "state.json") -> dict:
+    """Download the checkpoint at ``uri`` with the product's helper and read its state file."""
+    from airflow_tune.checkpoints import download_checkpoint
+
+    folder = download_checkpoint(uri)
+    with open(os.path.join(folder, name)) as fh:
+        return json.load(fh)
+
+
+def trial_by_id(manifest: dict, trial_id: str) -> dict:
+    for trial in manifest["trials"]:
+        if trial["trial_id"] == trial_id:
+            return trial
+    raise KeyError(f"trial {trial_id} not in manifest {[t['trial_id'] for t in manifest['trials']]}")

@@ -1,5 +1,5 @@
-"""Function API trainables. Each records its executions in ``marker_dir`` (a local folder: the cluster is this machine)
-so tests can count how often a trial ran."""
+"""Function API trainables. Each records its executions in ``marker_dir`` (see :mod:`tune_testkit.markers`) so tests
+can count how often a trial ran."""
 
 from __future__ import annotations
 
@@ -7,17 +7,14 @@ import json
 import os
 import tempfile
 import time
-import uuid
 
 from ray import tune
 
+from .markers import mark
 
-def _mark(config: dict, event: str) -> None:
-    marker_dir = config.get("marker_dir")
-    if marker_dir:
-        os.makedirs(marker_dir, exist_ok=True)
-        name = f"{event}-{json.dumps(config.get('x'))}-{uuid.uuid4().hex[:8]}"
-        open(os.path.join(marker_dir, name), "w").close()
+
+def _mark(config: dict, event: str, **data) -> None:
+    mark(config, event, **data)
 
 
 def quadratic(config: dict) -> None:
@@ -26,6 +23,7 @@ def quadratic(config: dict) -> None:
     for step in range(config.get("steps", 5)):
         tune.report({"loss": (config["x"] - 3) ** 2 + 1.0 / (step + 1), "step": step})
         time.sleep(config.get("sleep", 0.0))
+    _mark(config, "end")
 
 
 def report_at_end(config: dict) -> None:
@@ -44,8 +42,21 @@ def return_number(config: dict) -> float:
     return float((config["x"] - 1) ** 2)
 
 
+def forever(config: dict) -> None:
+    """Reports without end: only the experiment's ``stop`` ends it."""
+    _mark(config, "start")
+    step = 0
+    while True:
+        tune.report({"loss": (config["x"] - 3) ** 2 + 1.0 / (step + 1)})
+        step += 1
+        time.sleep(config.get("sleep", 0.0))
+
+
 def checkpointing(config: dict) -> None:
-    """Saves a checkpoint every step and resumes from ``tune.get_checkpoint()``."""
+    """Saves a checkpoint every step and resumes from ``tune.get_checkpoint()``.
+
+    The loss is lowest at step ``best_step`` (default: the last), so tests can tell the best checkpoint from the latest.
+    """
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -55,13 +66,17 @@ def checkpointing(config: dict) -> None:
         _mark(config, f"resume{start}")
     else:
         _mark(config, "start")
-    for step in range(start, config.get("steps", 5)):
-        loss = (config["x"] - 3) ** 2 + 1.0 / (step + 1)
+    steps = config.get("steps", 5)
+    best_step = config.get("best_step", steps - 1)
+    for step in range(start, steps):
+        loss = (config["x"] - 3) ** 2 + 0.1 * abs(step - best_step) + 0.01
         time.sleep(config.get("sleep", 0.0))
         with tempfile.TemporaryDirectory() as folder:
             with open(os.path.join(folder, "state.json"), "w") as fh:
                 json.dump({"step": step, "x": config["x"], "loss": loss}, fh)
             tune.report({"loss": loss, "step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
+        _mark(config, "step", step=step)
+    _mark(config, "end")
 
 
 def failing(config: dict) -> None:
@@ -70,4 +85,5 @@ def failing(config: dict) -> None:
 
 
 def with_kwargs(config: dict, offset: float = 0.0, data: list | None = None) -> None:
+    _mark(config, "start", offset=offset, data=data)
     tune.report({"loss": abs(config["x"] - offset) + len(data or [])})
