@@ -18,4 +18,50 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_tune.hooks.ray.RayHook",
+                "connection-type": "ray",
+                "hook-name": "Ray",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["login"],
+                    "relabeling": {"schema": "Scheme", "password": "Token"},
+                    "placeholders": {
+                        "host": "127.0.0.1, or a full URL such as https://ray.example.com",
+                        "port": "8265",
+                        "schema": "http or https (default http)",
+                        "password": "Ray auth token, if the cluster needs one",
+                    },
+                },
+                "conn-fields": {
+                    "verify": {
+                        "label": "Verify TLS",
+                        "description": "true, false, or the path of a CA bundle on the worker and triggerer.",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "headers": {
+                        "label": "Headers",
+                        "description": "JSON object of HTTP headers sent with every request.",
+                        "schema": {"type": ["object", "null"]},
+                    },
+                    "cookies": {
+                        "label": "Cookies",
+                        "description": "JSON object of cookies sent with every request.",
+                        "schema": {"type": ["object", "null"]},
+                    },
+                    "runtime_env": {
+                        "label": "Default runtime_env",
+                        "description": "JSON object merged under each job's runtime_env (env_vars merge key by key).",
+                        "schema": {"type": ["object", "null"]},
+                    },
+                    "metadata": {
+                        "label": "Default job metadata",
+                        "description": "JSON object of string values added to each job's metadata.",
+                        "schema": {"type": ["object", "null"]},
+                    },
+                },
+            }
+        ],
+        "hooks": [{"integration-name": "Ray Tune", "python-modules": ["airflow_tune.hooks.ray"]}],
+        "extra-links": ["airflow_tune.links.ray.RayJobLink"],
     }

@@ -1,0 +1,21 @@
+"""Errors raised by airflow-tune. All derive from :class:`AirflowTuneException`, an ``AirflowException``."""
+
+from __future__ import annotations
+
+from airflow.exceptions import AirflowException
+
+
+class AirflowTuneException(AirflowException):
+    """Base class of every error airflow-tune raises."""
+
+
+class RayConnectionError(AirflowTuneException):
+    """The Ray dashboard could not be reached, or it rejected the credentials."""
+
+
+class RayJobError(AirflowTuneException):
+    """The Ray Jobs API refused a request about a job, or the job does not exist."""
+
+
+class RayJobNotFoundError(RayJobError):
+    """The Ray cluster does not know the job (HTTP 404)."""

@@ -1,0 +1,44 @@
+"""Extra link from a task to its Ray job's page in the Ray dashboard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperatorLink
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator, Context
+    from airflow.sdk.types import TaskInstanceKey
+
+
+class RayJobLink(BaseOperatorLink):
+    """The "Ray Job" button: the dashboard page of the job the task submitted, stored in XCom at submit time."""
+
+    name = "Ray Job"
+    key = "ray_job_url"
+
+    @property
+    def xcom_key(self) -> str:
+        # The API server reads a serialized link straight from XCom under ``xcom_key``; pointing it at the key written
+        # at submit time shows the link while the task still runs or is deferred, not only after it finishes.
+        return self.key
+
+    @classmethod
+    def persist(cls, context: Context | dict[str, Any], *, job_url: str) -> None:
+        """Store the job's dashboard URL for the link.
+
+        :param context: the task's context.
+        :param job_url: the dashboard page of the job.
+        """
+        context["ti"].xcom_push(key=cls.key, value=job_url)
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        """Return the stored job URL, or "" when the task has not submitted a job.
+
+        :param operator: the task.
+        :param ti_key: the task instance.
+        """
+        from airflow.sdk.execution_time.xcom import XCom
+
+        value = XCom.get_value(key=self.key, ti_key=ti_key)
+        return value if isinstance(value, str) else ""

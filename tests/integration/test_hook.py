@@ -1,0 +1,248 @@
+"""RayHook against the real local Ray head: connection test, submit/watch/stop, errors, async calls, shared poll."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import airflow_tune.hooks.ray as ray_hook_module
+from airflow_tune.exceptions import RayConnectionError, RayJobError, RayJobNotFoundError
+from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
+from airflow_tune.local.stack import free_port
+
+CONN_ID = "ray_hook_it"
+
+
+def _conn_env(conn_id: str, **fields) -> tuple[str, str]:
+    return f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "ray", **fields})
+
+
+def _wait_terminal(hook: RayHook, job_id: str, timeout: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = hook.get_job_status(job_id)
+        if status in TERMINAL_STATUSES:
+            return status
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} not finished after {timeout}s (last status {status})")
+
+
+@pytest.fixture(scope="module")
+def hook(stack) -> Iterator[RayHook]:
+    """A connection with a default runtime_env and metadata, to see them merged under a job's own."""
+    extra = {"runtime_env": {"env_vars": {"FROM_CONN": "conn", "SHARED": "conn"}}, "metadata": {"suite": "hook-it"}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(*_conn_env(CONN_ID, host="127.0.0.1", port=stack.dashboard_port, extra=extra))
+        yield RayHook(ray_conn_id=CONN_ID)
+
+
+@pytest.fixture(scope="module")
+def hello_job(hook) -> dict:
+    """One trivial job, shared by the tests that read a finished job. Its id has ':' and '+' in it."""
+    run = uuid.uuid4().hex[:8]
+    submission_id = f"hook-it:{run}+hello"
+    returned = hook.submit_job(
+        entrypoint="python -c \"import os; print('hello', os.environ['FROM_CONN'], os.environ['SHARED'])\"",
+        submission_id=submission_id,
+        runtime_env={"env_vars": {"SHARED": "job"}},
+        metadata={"run": run, "attempt": 1},
+        entrypoint_num_cpus=0.1,
+    )
+    assert returned == submission_id
+    status = _wait_terminal(hook, submission_id)
+    return {"id": submission_id, "run": run, "status": status}
+
+
+def test_test_connection_ok(hook):
+    ok, message = hook.test_connection()
+    assert ok, message
+    assert "Connected to Ray 2.60" in message and hook.dashboard_url in message
+
+
+def test_test_connection_dead_port_says_so(monkeypatch):
+    port = free_port()
+    monkeypatch.setenv(*_conn_env("ray_dead", host="127.0.0.1", port=port))
+    ok, message = RayHook(ray_conn_id="ray_dead").test_connection()
+    assert not ok
+    assert f"Cannot reach the Ray dashboard at http://127.0.0.1:{port}" in message
+    with pytest.raises(RayConnectionError, match="Cannot reach the Ray dashboard"):
+        RayHook(ray_conn_id="ray_dead").list_jobs()
+
+
+def test_trivial_job_succeeds_with_merged_runtime_env_and_metadata(hook, hello_job):
+    assert hello_job["status"] == "SUCCEEDED"
+    info = hook.get_job_info(hello_job["id"])
+    assert info["submission_id"] == hello_job["id"]
+    assert info["status"] == "SUCCEEDED" and type(info["status"]) is str
+    assert info["metadata"] == {"suite": "hook-it", "run": hello_job["run"], "attempt": "1"}
+    assert info["driver_exit_code"] == 0 and info["end_time"] >= info["start_time"]
+    assert "runtime_env" not in info
+    json.dumps(info)
+    # env_vars merged key by key: the connection's FROM_CONN kept, SHARED overridden by the job.
+    assert "hello conn job" in hook.get_job_logs(hello_job["id"])
+    assert hook.job_url(hello_job["id"]) == f"{hook.dashboard_url}/#/jobs/{hello_job['id']}"
+
+
+def test_find_jobs_by_metadata(hook, hello_job):
+    found = hook.find_jobs({"run": hello_job["run"], "attempt": 1})
+    assert [j["submission_id"] for j in found] == [hello_job["id"]]
+    assert hook.find_jobs({"run": hello_job["run"], "attempt": 2}) == []
+    assert any(j["submission_id"] == hello_job["id"] for j in hook.list_jobs())
+
+
+def test_reused_submission_id_is_refused(hook, hello_job):
+    with pytest.raises(RayJobError, match="already exists"):
+        hook.submit_job(entrypoint="true", submission_id=hello_job["id"])
+
+
+def test_stop_long_running_job(hook):
+    submission_id = f"hook-it-sleep-{uuid.uuid4().hex[:8]}"
+    hook.submit_job(
+        entrypoint='python -c "import time; time.sleep(60)"', submission_id=submission_id, entrypoint_num_cpus=0.1
+    )
+    deadline = time.monotonic() + 60
+    while hook.get_job_status(submission_id) == "PENDING" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert hook.stop_job(submission_id) is True
+    assert _wait_terminal(hook, submission_id, timeout=30) == "STOPPED"
+    assert hook.stop_job(submission_id) is False
+
+
+def test_unknown_job_is_not_found(hook):
+    missing = f"no-such-job:{uuid.uuid4().hex[:6]}"
+    for call in (hook.get_job_info, hook.get_job_status, hook.get_job_logs, hook.stop_job):
+        with pytest.raises(RayJobNotFoundError, match="not found"):
+            call(missing)
+    with pytest.raises(RayJobNotFoundError, match="not found"):
+        asyncio.run(RayHook(ray_conn_id=CONN_ID).async_get_job_info(missing))
+
+
+def test_ray_address_env_vars_do_not_redirect_the_hook(stack, monkeypatch):
+    dead = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", dead)
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", dead)
+    hook = RayHook()  # ray_default from the stack
+    assert isinstance(hook.list_jobs(), list)
+    assert hook.get_conn()._address == stack.dashboard_url
+    assert os.environ["RAY_ADDRESS"] == dead and os.environ["RAY_API_SERVER_ADDRESS"] == dead
+
+
+def test_async_methods(hook, hello_job):
+    async def main():
+        ahook = RayHook(ray_conn_id=CONN_ID)
+        info = await ahook.async_get_job_info(hello_job["id"])
+        logs = await ahook.async_get_job_logs(hello_job["id"])
+        jobs = await ahook.async_list_jobs()
+        return info, logs, jobs
+
+    info, logs, jobs = asyncio.run(main())
+    sync_info = hook.get_job_info(hello_job["id"])
+    assert info == sync_info
+    assert "hello conn job" in logs
+    assert hello_job["id"] in {j["submission_id"] for j in jobs}
+
+
+def test_shared_poll_makes_one_list_request_for_many_callers(hook, hello_job, monkeypatch):
+    requests: list[str] = []
+    real_get_json = ray_hook_module._get_json
+
+    async def counting_get_json(endpoint, path, **kwargs):
+        requests.append(path)
+        return await real_get_json(endpoint, path, **kwargs)
+
+    monkeypatch.setattr(ray_hook_module, "_get_json", counting_get_json)
+    missing = f"no-such-job-{uuid.uuid4().hex[:6]}"
+
+    async def main():
+        # Separate hooks, as separate triggers would have.
+        hooks = [RayHook(ray_conn_id=CONN_ID) for _ in range(5)]
+        first = await asyncio.gather(*(h.async_job_status(hello_job["id"], max_age=30) for h in hooks))
+        lists_after_first = requests.count("/api/jobs/")
+        again = await hooks[0].async_job_status(hello_job["id"], max_age=30)
+        unknown = await hooks[1].async_job_status(missing, max_age=30)
+        return first, lists_after_first, again, unknown
+
+    first, lists_after_first, again, unknown = asyncio.run(main())
+    assert lists_after_first == 1
+    assert requests.count("/api/jobs/") == 1, "a second call within max_age reuses the list"
+    assert all(info is not None and info["status"] == "SUCCEEDED" for info in first)
+    assert again == first[0]
+    assert unknown is None
+    assert requests[-1].endswith(ray_hook_module.quote_id(missing)), "a job missing from the list is asked for alone"
+
+
+# -- credentials: a tiny recording server on loopback ----------------------------------------------------------------
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list[dict[str, str]] = []
+    token = "right-token"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        type(self).seen.append({"path": self.path, "authorization": self.headers.get("Authorization", "")})
+        if self.headers.get("Authorization") != f"Bearer {self.token}":
+            self._answer(401, {"error": "unauthorized"})
+        elif self.path == "/api/version":
+            self._answer(200, {"version": "4", "ray_version": "2.60.0", "ray_commit": "x"})
+        elif self.path == "/api/jobs/":
+            self._answer(200, [])
+        else:
+            self._answer(404, {"error": "not found"})
+
+    def _answer(self, status: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    _Recorder.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_token_is_sent_as_bearer_header(recorder, monkeypatch):
+    port = recorder.server_address[1]
+    monkeypatch.setenv(*_conn_env("ray_token", host="127.0.0.1", port=port, password=_Recorder.token))
+    hook = RayHook(ray_conn_id="ray_token")
+    ok, message = hook.test_connection()
+    assert ok, message
+    assert hook.list_jobs() == []  # Ray's own client: version checks, then the list
+    assert asyncio.run(RayHook(ray_conn_id="ray_token").async_list_jobs()) == []
+    assert len(_Recorder.seen) >= 4
+    assert all(seen["authorization"] == f"Bearer {_Recorder.token}" for seen in _Recorder.seen)
+
+
+def test_wrong_token_is_a_clear_error_without_the_token(recorder, monkeypatch):
+    port = recorder.server_address[1]
+    wrong = "wrong-token-value"
+    monkeypatch.setenv(*_conn_env("ray_wrong", host="127.0.0.1", port=port, password=wrong))
+    ok, message = RayHook(ray_conn_id="ray_wrong").test_connection()
+    assert not ok
+    assert "rejected the credentials (HTTP 401)" in message and wrong not in message
+    with pytest.raises(RayConnectionError, match="rejected the credentials") as sync_error:
+        RayHook(ray_conn_id="ray_wrong").list_jobs()
+    with pytest.raises(RayConnectionError, match="rejected the credentials") as async_error:
+        asyncio.run(RayHook(ray_conn_id="ray_wrong").async_list_jobs())
+    assert wrong not in str(sync_error.value) + str(async_error.value)
