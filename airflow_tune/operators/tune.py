@@ -124,6 +124,9 @@ class RayTuneOperator(BaseOperator):
     :param errored_trials: on restore, ``resume``, ``restart`` or ``keep`` errored trials.
     :param best_scope: Tune's scope for picking the best trial (``last``, ``all``, ...).
     :param experiment_name: the experiment's name; by default derived from dag, task, map index and run id.
+    :param warm_start: seed the search with a known good config, tried first: a model registry URI (its champion's
+        config, see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`) or a config dict (an XCom).
+        Only the keys the search space samples are used.
     :param ray_conn_id: the ``ray`` connection to the cluster's dashboard.
     :param working_dir: a local folder or URI uploaded as the job's working dir.
     :param py_modules: local packages or URIs shipped with the job.
@@ -141,6 +144,7 @@ class RayTuneOperator(BaseOperator):
     template_fields: Sequence[str] = (
         *_SPEC_FIELDS,
         "experiment_name",
+        "warm_start",
         "working_dir",
         "py_modules",
         "pip",
@@ -185,6 +189,7 @@ class RayTuneOperator(BaseOperator):
         best_scope: str = "last",
         progress_interval_s: float = 10.0,
         experiment_name: str | None = None,
+        warm_start: str | dict[str, Any] | None = None,
         ray_conn_id: str = RayHook.default_conn_name,
         working_dir: str | None = None,
         py_modules: list[str] | None = None,
@@ -219,6 +224,7 @@ class RayTuneOperator(BaseOperator):
         self.best_scope = best_scope
         self.progress_interval_s = progress_interval_s
         self.experiment_name = experiment_name
+        self.warm_start = warm_start
         self.ray_conn_id = ray_conn_id
         self.working_dir = working_dir
         self.py_modules = py_modules
@@ -248,7 +254,38 @@ class RayTuneOperator(BaseOperator):
             if value is not None:
                 data[_SPEC_NAMES.get(name, name)] = value
         data["name"] = self.experiment_name or self.default_experiment_name(context)
+        seed = self.warm_start_point(data.get("param_space") or {})
+        if seed:
+            data["points_to_evaluate"] = [seed, *(data.get("points_to_evaluate") or [])]
         return ExperimentSpec.from_dict(data)
+
+    def warm_start_point(self, param_space: dict[str, Any]) -> dict[str, Any] | None:
+        """The warm-start config restricted to the sampled keys of the search space, or None."""
+        from airflow_tune.spec import primitive_of
+
+        if not self.warm_start:
+            return None
+        config: Any = None
+        if isinstance(self.warm_start, str) and "://" in self.warm_start:
+            from airflow_tune.operators.promote import read_champion
+
+            champion = read_champion(self.warm_start)
+            if champion is None:
+                self.log.info("No champion in %s yet: no warm start", self.warm_start)
+                return None
+            config = champion.get("config")
+        else:
+            config = _parse_rendered("warm_start", self.warm_start)
+        if not config:
+            return None
+        if not isinstance(config, dict):
+            raise TypeError(f"warm_start must be a registry URI or a config dict, got {type(config).__name__}")
+        sampled = {
+            k for k, v in param_space.items() if primitive_of(v) not in (None, "const", "grid_search", "sample_from")
+        }
+        point = {k: v for k, v in config.items() if k in sampled}
+        self.log.info("Warm start: trying %s first", point)
+        return point or None
 
     @staticmethod
     def default_experiment_name(context: Context) -> str:

@@ -1,0 +1,293 @@
+"""PromoteCheckpointOperator: copy a tuning winner into a model registry on S3 when it passes a gate.
+
+Registry layout under ``registry_uri`` (``s3://bucket/prefix``)::
+
+    versions/<version>/checkpoint/...   the checkpoint's objects, copied server-side
+    versions/<version>/model.json       config, metrics and provenance
+    champion.json                       the pointer to the current champion, switched last
+
+A reader that follows ``champion.json`` never sees a half-copied version: the pointer moves only after every object
+and ``model.json`` are in place.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, BaseOperator, SkipMixin
+
+from airflow_tune.exceptions import AirflowTuneException
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+GATES = ("always", "better_than_champion", "threshold")
+CHAMPION_FILE = "champion.json"
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+
+
+class PromotionError(AirflowTuneException):
+    """The winner could not be copied into the registry."""
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise ValueError(f"{uri!r} is not an s3:// URI; give s3://bucket/prefix")
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    if not bucket:
+        raise ValueError(f"{uri!r} has no bucket; give s3://bucket/prefix")
+    return bucket, key.strip("/")
+
+
+def beats(value: float | None, other: float | None, mode: str, *, inclusive: bool = False) -> bool:
+    """Whether ``value`` is better than ``other`` under ``mode`` (``min``/``max``)."""
+    if value is None or not math.isfinite(value):
+        return False
+    if other is None:
+        return True
+    if inclusive:
+        return value <= other if mode == "min" else value >= other
+    return value < other if mode == "min" else value > other
+
+
+def registry_asset(registry_uri: str) -> Asset:
+    """The Asset a promotion updates; schedule deploy DAGs on it."""
+    return Asset(uri=registry_uri.rstrip("/"), name=registry_uri.rstrip("/"))
+
+
+class PromoteCheckpointOperator(BaseOperator, SkipMixin):
+    """Promote the best checkpoint of a tuning run into a model registry on S3 when it passes a gate.
+
+    Returns what it did: ``promoted``, ``version``, ``uri`` (the promoted checkpoint), ``reason`` and
+    ``champion`` (the pointer it compared with). When it promotes, the registry's Asset gets an event; when it does
+    not, no Asset event is emitted and, with ``skip_downstream_if_not_promoted``, its direct downstream tasks are
+    skipped.
+
+    :param result: the XCom result of :class:`~airflow_tune.operators.tune.RayTuneOperator` (e.g. ``tune.output``).
+    :param registry_uri: the registry, ``s3://bucket/models/<name>``.
+    :param gate: ``always``, ``better_than_champion`` (on the experiment's metric and mode) or ``threshold``.
+    :param threshold: with ``gate="threshold"``: promote when the best value reaches it (by the mode).
+    :param skip_downstream_if_not_promoted: skip the direct downstream tasks when the winner is not promoted.
+    :param aws_conn_id: an Amazon connection for S3 (needs ``apache-airflow-providers-amazon``); by default boto3's
+        own credential chain (environment, instance role).
+    """
+
+    template_fields: Sequence[str] = ("result", "registry_uri", "gate", "threshold")
+    template_fields_renderers = {"result": "json"}
+    ui_color = "#e8f7e4"
+
+    def __init__(
+        self,
+        *,
+        result: dict[str, Any] | str,
+        registry_uri: str,
+        gate: str = "better_than_champion",
+        threshold: float | str | None = None,
+        skip_downstream_if_not_promoted: bool = True,
+        aws_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("outlets", [registry_asset(registry_uri)] if "{{" not in registry_uri else [])
+        super().__init__(**kwargs)
+        self.result = result
+        self.registry_uri = registry_uri
+        self.gate = gate
+        self.threshold = threshold
+        self.skip_downstream_if_not_promoted = skip_downstream_if_not_promoted
+        self.aws_conn_id = aws_conn_id
+
+    # -- inputs -------------------------------------------------------------------------------------------------
+    def _inputs(self) -> tuple[dict[str, Any], str, str, float | None]:
+        result = json.loads(self.result) if isinstance(self.result, str) else self.result
+        if not isinstance(result, dict) or "best_metrics" not in result:
+            raise TypeError(
+                "result must be the RayTuneOperator's XCom result (a dict with best_metrics, best_checkpoint_uri, "
+                f"metric, mode), got {type(result).__name__}"
+            )
+        bucket, prefix = split_s3_uri(self.registry_uri)
+        if not prefix:
+            raise ValueError(f"registry_uri = {self.registry_uri!r}: give a prefix, e.g. s3://{bucket}/models/digits")
+        if self.gate not in GATES:
+            raise ValueError(f"gate = {self.gate!r}: use one of {', '.join(GATES)}")
+        threshold: float | None = None
+        if self.gate == "threshold":
+            try:
+                threshold = float(self.threshold)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                raise ValueError(f"threshold = {self.threshold!r}: gate='threshold' needs a number") from None
+        return result, bucket, prefix, threshold
+
+    def s3_client(self) -> Any:
+        if self.aws_conn_id:
+            try:
+                from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+            except ImportError:
+                raise ValueError(
+                    "aws_conn_id needs apache-airflow-providers-amazon; install it or leave aws_conn_id unset"
+                ) from None
+            return S3Hook(aws_conn_id=self.aws_conn_id).get_conn()
+        import boto3
+
+        return boto3.client("s3")
+
+    # -- execute ------------------------------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:
+        result, bucket, prefix, threshold = self._inputs()
+        s3 = self.s3_client()
+        metric, mode = result["metric"], result["mode"]
+        value = (result.get("best_metrics") or {}).get(metric)
+        champion = self.read_champion(s3, bucket, prefix)
+        champion_value = champion.get("value") if champion else None
+        source = result.get("best_checkpoint_uri")
+
+        if not source:
+            decision = (False, "the best trial saved no checkpoint")
+        elif self.gate == "always":
+            decision = (True, "gate 'always'")
+        elif self.gate == "threshold":
+            ok = beats(value, threshold, mode, inclusive=True)
+            decision = (ok, f"{metric}={value} {'reaches' if ok else 'misses'} threshold {threshold} ({mode})")
+        else:
+            ok = beats(value, champion_value, mode)
+            decision = (
+                ok,
+                f"no champion yet; {metric}={value}"
+                if champion is None
+                else f"{metric}={value} {'beats' if ok else 'does not beat'} champion {champion_value} ({mode})",
+            )
+        promoted, reason = decision
+        out: dict[str, Any] = {
+            "promoted": promoted,
+            "version": None,
+            "uri": None,
+            "model_uri": None,
+            "reason": reason,
+            "champion": champion,
+            "metric": metric,
+            "mode": mode,
+            "value": value,
+        }
+        if not promoted:
+            self.log.info("Not promoting: %s", reason)
+            # No registry change, so no Asset event for the deploy DAGs.
+            self.outlets = []
+            if self.skip_downstream_if_not_promoted:
+                downstream = [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]
+                self.skip(ti=context["ti"], tasks=downstream)
+            return out
+
+        version = self.version_name(result)
+        version_prefix = f"{prefix}/versions/{version}"
+        copied = self.copy_checkpoint(s3, str(source), bucket, f"{version_prefix}/checkpoint")
+        model = self.model_card(context, result, version, copied)
+        s3.put_object(
+            Bucket=bucket,
+            Key=f"{version_prefix}/model.json",
+            Body=json.dumps(model, indent=1, default=str).encode(),
+            ContentType="application/json",
+        )
+        pointer = {
+            "version": version,
+            "uri": f"s3://{bucket}/{version_prefix}/checkpoint",
+            "model_uri": f"s3://{bucket}/{version_prefix}/model.json",
+            "metric": metric,
+            "mode": mode,
+            "value": value,
+            "config": result.get("best_config"),
+            "experiment": result.get("experiment"),
+            "trial_id": result.get("best_trial_id"),
+            "promoted_at": model["promoted_at"],
+        }
+        # The pointer moves last: readers see the old champion or the complete new one.
+        s3.put_object(
+            Bucket=bucket,
+            Key=f"{prefix}/{CHAMPION_FILE}",
+            Body=json.dumps(pointer, indent=1, default=str).encode(),
+            ContentType="application/json",
+        )
+        self.log.info("Promoted %s as version %s (%d objects): %s", source, version, len(copied), reason)
+        out.update({"version": version, "uri": pointer["uri"], "model_uri": pointer["model_uri"]})
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = {"version": version, "value": value, "metric": metric}
+        return out
+
+    # -- pieces -------------------------------------------------------------------------------------------------
+    @staticmethod
+    def read_champion(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
+        try:
+            body = s3.get_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}")["Body"].read()
+        except s3.exceptions.NoSuchKey:
+            return None
+        except Exception as exc:
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+            if code in ("NoSuchKey", "404"):
+                return None
+            raise PromotionError(
+                f"cannot read the champion pointer s3://{bucket}/{prefix}/{CHAMPION_FILE}: {exc}"
+            ) from exc
+        return dict(json.loads(body))
+
+    @staticmethod
+    def version_name(result: dict[str, Any]) -> str:
+        """Deterministic per experiment and trial, so a retried promotion rewrites the same version."""
+        stamp = datetime.fromtimestamp(float(result.get("finished_at") or time.time()), tz=timezone.utc)
+        return f"{stamp:%Y%m%dT%H%M%SZ}-{result.get('best_trial_id') or 'trial'}"
+
+    def copy_checkpoint(self, s3: Any, source_uri: str, bucket: str, dest_prefix: str) -> list[dict[str, Any]]:
+        """Server-side copy of every object under ``source_uri`` (multipart for large ones); no download."""
+        from boto3.s3.transfer import TransferConfig
+
+        src_bucket, src_prefix = split_s3_uri(source_uri)
+        config = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
+        copied = []
+        paginator = s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=src_bucket, Prefix=f"{src_prefix}/"):
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                rel = key[len(src_prefix) + 1 :]
+                if not rel or rel.endswith("/"):
+                    continue  # pyarrow's 0-byte folder markers
+                dest_key = f"{dest_prefix}/{rel}"
+                s3.copy({"Bucket": src_bucket, "Key": key}, bucket, dest_key, Config=config)
+                copied.append({"key": rel, "size": obj["Size"], "etag": obj.get("ETag")})
+        if not copied:
+            raise PromotionError(f"no objects found under the checkpoint {source_uri}")
+        return copied
+
+    def model_card(
+        self, context: Context, result: dict[str, Any], version: str, copied: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        ti = context["ti"]
+        return {
+            "version": version,
+            "metric": result.get("metric"),
+            "mode": result.get("mode"),
+            "value": (result.get("best_metrics") or {}).get(result.get("metric")),
+            "config": result.get("best_config"),
+            "metrics": result.get("best_metrics"),
+            "files": copied,
+            "promoted_at": datetime.now(timezone.utc).isoformat(),
+            "provenance": {
+                "dag_id": ti.dag_id,
+                "task_id": ti.task_id,
+                "run_id": context["run_id"],
+                "experiment": result.get("experiment"),
+                "experiment_uri": result.get("experiment_uri"),
+                "trial_id": result.get("best_trial_id"),
+                "source_checkpoint_uri": result.get("best_checkpoint_uri"),
+                "ray_job_id": result.get("job_id"),
+            },
+        }
+
+
+def read_champion(registry_uri: str) -> dict[str, Any] | None:
+    """The registry's current champion pointer, or None; for warm starts and deploy tasks."""
+    from airflow_tune import storage
+
+    return storage.read_json_or_none(f"{registry_uri.rstrip('/')}/{CHAMPION_FILE}")
