@@ -84,6 +84,11 @@ def build_trainable(spec: ExperimentSpec) -> Any:
             f"checkpoint.frequency/at_end apply to Class API trainables only, and {spec.trainable!r} is a function: "
             "report checkpoints with tune.report(metrics, checkpoint=...) instead and drop these fields"
         )
+    if class_api and (spec.checkpoint.frequency or spec.checkpoint.at_end) and not saves_checkpoints(trainable):
+        raise EngineError(
+            f"checkpoint.frequency/at_end ask {spec.trainable!r} for checkpoints, but it does not implement "
+            "save_checkpoint/load_checkpoint: implement them, or drop these fields"
+        )
     if not class_api and not inspect.isgeneratorfunction(trainable):
         trainable = report_zero_return(trainable)
     if spec.trainable_kwargs:
@@ -92,6 +97,28 @@ def build_trainable(spec: ExperimentSpec) -> Any:
     if resources is not None:
         trainable = tune.with_resources(trainable, resources)
     return trainable
+
+
+def saves_checkpoints(cls: Any) -> bool:
+    """Whether a Class API trainable implements ``save_checkpoint`` (``tune.Trainable``'s own raises)."""
+    return getattr(cls, "save_checkpoint", None) is not tune.Trainable.save_checkpoint
+
+
+def checkpoint_at_end(spec: ExperimentSpec) -> bool | None:
+    """``checkpoint.at_end``, with None resolved for Class trainables that cannot save.
+
+    Tune 2.60 turns ``checkpoint_at_end=None`` into True for every Class trainable, so a trainable without
+    ``save_checkpoint`` errors with NotImplementedError once it finishes; such a trainable gets False.
+    """
+    if spec.checkpoint.at_end is not None:
+        return spec.checkpoint.at_end
+    try:
+        trainable = import_path(spec.trainable, "trainable")
+    except EngineError:
+        return None
+    if is_class_trainable(trainable) and not saves_checkpoints(trainable):
+        return False
+    return None
 
 
 def report_zero_return(fn: Any) -> Any:
@@ -241,7 +268,7 @@ def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConf
         checkpoint_score_attribute=score_attribute,
         checkpoint_score_order=score_order or "max",
         checkpoint_frequency=ckpt.frequency,
-        checkpoint_at_end=ckpt.at_end,
+        checkpoint_at_end=checkpoint_at_end(spec),
     )
     return tune.RunConfig(
         name=spec.name,

@@ -68,7 +68,11 @@ def checkpointing(config: dict) -> None:
         _mark(config, "start")
     steps = config.get("steps", 5)
     best_step = config.get("best_step", steps - 1)
+    crash_at = config.get("crash_at_step")
     for step in range(start, steps):
+        if step == crash_at and not _crashed_before(config):
+            _mark(config, "crash", step=step)
+            raise RuntimeError(f"crash on purpose at step {step}")
         loss = (config["x"] - 3) ** 2 + 0.1 * abs(step - best_step) + 0.01
         time.sleep(config.get("sleep", 0.0))
         with tempfile.TemporaryDirectory() as folder:
@@ -77,6 +81,12 @@ def checkpointing(config: dict) -> None:
             tune.report({"loss": loss, "step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
         _mark(config, "step", step=step)
     _mark(config, "end")
+
+
+def _crashed_before(config: dict) -> bool:
+    from .markers import read_markers
+
+    return any(m["x"] == config.get("x") for m in read_markers(config["marker_dir"], "crash"))
 
 
 def failing(config: dict) -> None:

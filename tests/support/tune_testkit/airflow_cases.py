@@ -1,0 +1,84 @@
+"""Trainables for the Airflow-side e2e tests (shipped to the cluster with py_modules).
+
+Each writes marker files into ``config["marker_dir"]`` (a local folder: the test cluster is this machine), so a test
+can count how often a trial started, resumed and finished across tries of an Airflow task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+
+from ray import tune
+
+
+def mark(config: dict, event: str, **data: object) -> None:
+    folder = config.get("marker_dir")
+    if not folder:
+        return
+    os.makedirs(folder, exist_ok=True)
+    record = {"event": event, "x": config.get("x"), "pid": os.getpid(), "time": time.time(), **data}
+    name = f"{event}-{config.get('x')}-{uuid.uuid4().hex[:8]}.json"
+    tmp = os.path.join(folder, "." + name)
+    with open(tmp, "w") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, os.path.join(folder, name))
+
+
+def read_marks(folder: str, event: str | None = None) -> list[dict]:
+    """The markers in ``folder`` (optionally of one event), oldest first."""
+    if not os.path.isdir(folder):
+        return []
+    out = []
+    for name in os.listdir(folder):
+        if name.startswith(".") or not name.endswith(".json"):
+            continue
+        with open(os.path.join(folder, name)) as fh:
+            record = json.load(fh)
+        if event is None or record["event"] == event:
+            out.append(record)
+    return sorted(out, key=lambda r: r["time"])
+
+
+def _per_x(config: dict, key: str, default: float) -> float:
+    """``config[key]`` is a number, or a JSON object keyed by ``str(x)`` (so trials of one grid can differ)."""
+    value = config.get(key, default)
+    if isinstance(value, dict):
+        value = value.get(str(config.get("x")), value.get("default", default))
+    return float(value)
+
+
+def stepper(config: dict) -> None:
+    """Reports ``steps`` times, ``sleep`` seconds apart, with a checkpoint each step; resumes from its checkpoint.
+
+    The loss falls with each step and is lowest for x=3, so the best trial and its last checkpoint are predictable.
+    """
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            with open(os.path.join(folder, "state.json")) as fh:
+                start = json.load(fh)["step"] + 1
+        mark(config, "resume", step=start)
+    else:
+        mark(config, "start")
+    steps = int(_per_x(config, "steps", 3))
+    sleep = _per_x(config, "sleep", 0.0)
+    for step in range(start, steps):
+        time.sleep(sleep)
+        loss = (config["x"] - 3) ** 2 + 1.0 / (step + 1)
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as fh:
+                json.dump({"step": step, "x": config["x"], "loss": loss}, fh)
+            tune.report({"loss": loss, "step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
+        mark(config, "step", step=step)
+    mark(config, "end")
+
+
+def boom(config: dict) -> None:
+    """Fails at once, with an error message the task's failure must name."""
+    mark(config, "start")
+    raise ValueError(f"boom: bad x={config.get('x')}")
