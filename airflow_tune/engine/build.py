@@ -169,34 +169,35 @@ def _ray_bundle(bundle: Mapping[str, float]) -> dict[str, float]:
 
 # --- scheduler and searcher ---------------------------------------------------------------------------------------
 def build_scheduler(spec: ExperimentSpec) -> Any:
+    """The trial scheduler. Metric and mode are left to the Tuner, which refuses schedulers that carry their own."""
     sched = spec.scheduler
     args = dict(sched.args)
     if sched.factory:
         factory = import_path(sched.factory, "scheduler.factory")
-        return factory(metric=spec.metric, mode=spec.mode, **args) if _takes(factory, "metric") else factory(**args)
+        return factory(**args)
     from ray.tune import schedulers
 
     name = SCHEDULER_ALIASES.get(str(sched.name).lower(), str(sched.name).lower())
     if name == "fifo":
         return schedulers.FIFOScheduler()
     if name == "asha":
-        return schedulers.ASHAScheduler(metric=spec.metric, mode=spec.mode, **args)
+        return schedulers.ASHAScheduler(**args)
     if name == "hyperband":
-        return schedulers.HyperBandScheduler(metric=spec.metric, mode=spec.mode, **args)
+        return schedulers.HyperBandScheduler(**args)
     if name == "median_stopping_rule":
-        return schedulers.MedianStoppingRule(metric=spec.metric, mode=spec.mode, **args)
+        return schedulers.MedianStoppingRule(**args)
     if name == "pbt":
         mutations = {
             k: (v if isinstance(v, list) else build_domain(v)) for k, v in args.pop("hyperparam_mutations").items()
         }
         return schedulers.PopulationBasedTraining(
-            metric=spec.metric, mode=spec.mode, hyperparam_mutations=mutations, **args
+            hyperparam_mutations=mutations, **args
         )
     if name == "pb2":
         _require_package("sklearn", "the pb2 scheduler", "scikit-learn")
         from ray.tune.schedulers.pb2 import PB2
 
-        return PB2(metric=spec.metric, mode=spec.mode, **args)
+        return PB2(**args)
     raise EngineError(f"unknown scheduler {sched.name!r}")  # pragma: no cover - the spec rejects it
 
 
@@ -206,7 +207,7 @@ def build_search(spec: ExperimentSpec) -> Any:
     points = [dict(p) for p in spec.points_to_evaluate] if spec.points_to_evaluate else None
     if search.factory:
         factory = import_path(search.factory, "search.factory")
-        searcher = factory(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+        searcher = factory(points_to_evaluate=points, **args) if points else factory(**args)
     else:
         name = str(search.name).lower()
         package = SEARCHERS.get(name)
@@ -221,15 +222,15 @@ def build_search(spec: ExperimentSpec) -> Any:
         if name == "optuna":
             from ray.tune.search.optuna import OptunaSearch
 
-            searcher = OptunaSearch(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+            searcher = OptunaSearch(points_to_evaluate=points, **args)
         elif name == "hyperopt":
             from ray.tune.search.hyperopt import HyperOptSearch
 
-            searcher = HyperOptSearch(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+            searcher = HyperOptSearch(points_to_evaluate=points, **args)
         elif name == "bayesopt":
             from ray.tune.search.bayesopt import BayesOptSearch
 
-            searcher = BayesOptSearch(metric=spec.metric, mode=spec.mode, points_to_evaluate=points, **args)
+            searcher = BayesOptSearch(points_to_evaluate=points, **args)
         else:  # pragma: no cover - the spec rejects it
             raise EngineError(f"unknown search algorithm {search.name!r}")
     if search.max_concurrent:
@@ -245,14 +246,6 @@ def _require_package(module: str, what: str, pip_name: str | None = None) -> Non
             f"{what} needs the package {pip_name or module!r}, which is not installed on the cluster: add it to the "
             f"operator's pip=[...] or to the cluster image"
         )
-
-
-def _takes(fn: Any, arg: str) -> bool:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return arg in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 # --- configs ------------------------------------------------------------------------------------------------------
