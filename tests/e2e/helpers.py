@@ -1,0 +1,134 @@
+"""Helpers of the e2e tests: run a DAG with ``dag.test()`` and keep each task try's outcome, read XComs back, find the
+Ray jobs of an experiment, wait for a condition."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+DAGS = Path(__file__).resolve().parent / "dags"
+RUN_DAG = Path(__file__).resolve().parent / "run_dag.py"
+
+
+def load_dag(dag_id: str, file: str = "airflow_cases.py") -> Any:
+    """The DAG object ``dag_id`` from a file in the DAGs folder (imported once per process)."""
+    name = f"aft_e2e_dags_{Path(file).stem}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, DAGS / file)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    for value in vars(module).values():
+        if getattr(value, "dag_id", None) == dag_id and hasattr(value, "test"):
+            return value
+    raise LookupError(f"no DAG {dag_id} in {file}")
+
+
+class DagTestRun:
+    """One ``dag.test()``: the DagRun, and every task try's TaskRunResult (with its exception), by task id."""
+
+    def __init__(self, dag_run: Any, tries: dict[str, list[Any]], seconds: float) -> None:
+        self.dag_run = dag_run
+        self.tries = tries
+        self.seconds = seconds
+
+    @property
+    def run_id(self) -> str:
+        return str(self.dag_run.run_id)
+
+    @property
+    def state(self) -> str:
+        return str(self.dag_run.state)
+
+    def task_states(self) -> dict[str, str]:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return {ti.task_id: str(ti.state) for ti in self.dag_run.get_task_instances(session=session)}
+
+    def try_numbers(self) -> dict[str, int]:
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return {ti.task_id: int(ti.try_number) for ti in self.dag_run.get_task_instances(session=session)}
+
+    def errors(self, task_id: str) -> list[BaseException]:
+        return [r.error for r in self.tries.get(task_id, []) if r is not None and r.error is not None]
+
+    def xcom(self, task_id: str, key: str = "return_value") -> Any:
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            row = session.scalars(
+                XComModel.get_many(run_id=self.run_id, dag_ids=self.dag_run.dag_id, task_ids=task_id, key=key)
+            ).first()
+            return None if row is None else XComModel.deserialize_value(row)
+
+
+def run_dag(dag: Any, conf: dict[str, Any] | None = None, logical_date: datetime | None = None) -> DagTestRun:
+    """``dag.test()``; with a ``logical_date``, ``run_after`` is the same, so the run id is the same every time."""
+    import airflow.sdk.definitions.dag as dag_module
+
+    tries: dict[str, list[Any]] = {}
+    original = dag_module._run_task
+
+    def recording(*, ti: Any, task: Any, run_triggerer: bool = False) -> Any:
+        result = original(ti=ti, task=task, run_triggerer=run_triggerer)
+        tries.setdefault(ti.task_id, []).append(result)
+        return result
+
+    dag_module._run_task = recording
+    started = time.monotonic()
+    try:
+        kwargs: dict[str, Any] = {"run_conf": conf, "logical_date": logical_date}
+        if logical_date is not None:
+            kwargs["run_after"] = logical_date
+        dag_run = dag.test(**kwargs)
+    finally:
+        dag_module._run_task = original
+    return DagTestRun(dag_run, tries, time.monotonic() - started)
+
+
+def run_id_for(logical_date: datetime) -> str:
+    """The run id ``dag.test(logical_date=d, run_after=d)`` gives (a manual run's)."""
+    return f"manual__{logical_date.isoformat()}"
+
+
+def experiment(dag_id: str, run_id: str, task_id: str = "tune") -> str:
+    from airflow_tune.spec import experiment_name_for
+
+    return experiment_name_for(dag_id, task_id, run_id, -1)
+
+
+def jobs_of(experiment_name: str) -> list[dict[str, Any]]:
+    from airflow_tune.hooks.ray import RayHook
+    from airflow_tune.operators.tune import METADATA_EXPERIMENT
+
+    return RayHook().find_jobs({METADATA_EXPERIMENT: experiment_name})
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def stop_live_jobs(experiment_name: str) -> None:
+    from airflow_tune.hooks.ray import RayHook
+
+    hook = RayHook()
+    for job in jobs_of(experiment_name):
+        if job["status"] in ("PENDING", "RUNNING"):
+            hook.stop_job(job["submission_id"])

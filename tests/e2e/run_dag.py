@@ -1,0 +1,27 @@
+"""Run one DAG of the e2e DAGs folder with ``dag.test()`` in a process of its own (for tests that kill it).
+
+``python run_dag.py DAG_ID LOGICAL_DATE_ISO CONF_JSON``: the run id is ``manual__<LOGICAL_DATE_ISO>`` every time.
+Exits 0 when the DAG run succeeded, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.e2e.helpers import load_dag, run_dag  # noqa: E402
+
+
+def main() -> int:
+    dag_id, logical_date, conf = sys.argv[1], datetime.fromisoformat(sys.argv[2]), json.loads(sys.argv[3])
+    result = run_dag(load_dag(dag_id), conf, logical_date)
+    print(f"DAG_RUN_STATE {result.state} {json.dumps(result.task_states())}", flush=True)
+    return 0 if result.state == "success" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

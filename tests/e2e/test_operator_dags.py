@@ -1,0 +1,135 @@
+"""RayTuneOperator and RayTuneSensor in DAGs run by ``dag.test()`` against the real local Ray head and S3 endpoint."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_tune.links.ray import RayJobLink
+from airflow_tune.operators.tune import RESULT_KEYS
+from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, stop_live_jobs
+
+pytestmark = pytest.mark.usefixtures("stack")
+
+
+def _unique_date() -> datetime:
+    """A logical date no other test uses, so its run id (and experiment) is new."""
+    return datetime(2001, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
+
+
+@pytest.mark.timeout(240)
+def test_blocking_and_deferred_give_the_same_xcom_contract_and_downstream_loads_the_checkpoint():
+    blocking = run_dag(load_dag("tune_roundtrip_blocking", "tune_roundtrip.py"), logical_date=_unique_date())
+    # A run with no logical date (as the UI, the REST API and `airflow dags trigger` make them).
+    deferred = run_dag(load_dag("tune_roundtrip_deferred", "tune_roundtrip.py"), logical_date=None)
+    assert deferred.dag_run.logical_date is None
+
+    results = {}
+    for run in (blocking, deferred):
+        assert run.state == "success", (run.task_states(), run.errors("tune"))
+        result = run.xcom("tune")
+        assert set(result) == set(RESULT_KEYS)
+        # The experiment is named from the run id, never from a logical date.
+        assert result["experiment"] == experiment(run.dag_run.dag_id, run.run_id)
+        assert result["experiment_uri"].endswith("/" + result["experiment"])
+        assert result["num_trials"] == 2 and result["num_terminated"] == 2 and result["num_errored"] == 0
+        assert result["best_checkpoint_uri"].startswith(f"{result['experiment_uri']}/")
+        assert result["dashboard_url"].endswith(result["job_id"])
+        assert run.xcom("tune", RayJobLink.key) == result["dashboard_url"]
+        [job] = jobs_of(result["experiment"])
+        assert job["submission_id"] == result["job_id"] and job["status"] == "SUCCEEDED"
+        # The downstream task read best_config and loaded the best checkpoint's state from S3.
+        winner = run.xcom("use_winner")
+        assert winner == {"x": 3, "checkpoint_x": 3, "checkpoint_loss": result["best_metrics"]["loss"]}
+        results[run.dag_run.dag_id] = result
+    blocking_result, deferred_result = results["tune_roundtrip_blocking"], results["tune_roundtrip_deferred"]
+    assert blocking_result["best_config"] == deferred_result["best_config"] == {"x": 3, "steps": 3}
+    assert blocking_result["best_metrics"]["loss"] == deferred_result["best_metrics"]["loss"]
+    for key in ("metric", "mode", "num_trials", "num_terminated", "num_errored"):
+        assert blocking_result[key] == deferred_result[key], key
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["blocking", "deferred"])
+def test_a_trainable_that_raises_fails_the_task_within_seconds_naming_the_trial_error(tmp_path, mode):
+    run = run_dag(
+        load_dag(f"aft_boom_{mode}"),
+        {"space": {"x": {"grid_search": [1, 2]}, "marker_dir": str(tmp_path)}},
+        logical_date=_unique_date(),
+    )
+    assert run.state == "failed"
+    assert run.task_states() == {"tune": "failed"}
+    [error] = run.errors("tune")
+    text = str(error)
+    assert "boom: bad x=1" in text and "boom: bad x=2" in text, text
+    assert "FAILED" in text
+    assert run.seconds < 60, f"the failure took {run.seconds:.0f}s"
+    [job] = jobs_of(experiment(f"aft_boom_{mode}", run.run_id))
+    assert job["status"] == "FAILED"
+
+
+@pytest.mark.timeout(60)
+def test_a_bad_spec_argument_fails_before_any_job_is_submitted():
+    run = run_dag(load_dag("aft_bad_spec"), logical_date=_unique_date())
+    assert run.state == "failed"
+    [error] = run.errors("tune")
+    assert isinstance(error, ValueError)
+    assert "mode" in str(error) and "maximize" in str(error)
+    assert jobs_of(experiment("aft_bad_spec", run.run_id)) == []
+    assert not run.xcom("tune", RayJobLink.key)  # Airflow stores the link's value at the end: "" (no job)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode", ["poke", "deferred"])
+def test_submit_then_sense_returns_the_operators_xcom_contract(mode):
+    run = run_dag(load_dag(f"aft_submit_{mode}"), logical_date=_unique_date())
+    assert run.state == "success", (run.task_states(), run.errors("submit"), run.errors("sense"))
+    submitted = run.xcom("submit")
+    assert set(submitted) == {"job_id", "experiment", "experiment_uri", "dashboard_url"}
+    assert submitted["experiment"] == experiment(f"aft_submit_{mode}", run.run_id, task_id="submit")
+    sensed = run.xcom("sense")
+    assert set(sensed) == {*RESULT_KEYS, "finished"} and sensed["finished"] is True
+    assert sensed["job_id"] == submitted["job_id"]
+    assert sensed["experiment_uri"] == submitted["experiment_uri"]
+    assert sensed["best_config"] == {"x": 3, "steps": 2}
+    assert sensed["num_terminated"] == 2 and sensed["best_checkpoint_uri"].startswith(submitted["experiment_uri"])
+    [job] = jobs_of(submitted["experiment"])
+    assert job["status"] == "SUCCEEDED"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode", ["poke", "deferred"])
+def test_sensor_succeeds_early_once_the_best_metric_reaches_its_target(mode):
+    # x=3 reports loss 1.0 at its first step (target 1.5); the whole experiment takes 12+ s more.
+    space = {"x": {"grid_search": [1, 3]}, "steps": 12, "sleep": 1.0}
+    run = run_dag(load_dag(f"aft_target_{mode}"), {"space": space}, logical_date=_unique_date())
+    name = experiment(f"aft_target_{mode}", run.run_id, task_id="submit")
+    try:
+        assert run.state == "success", (run.task_states(), run.errors("sense"))
+        sensed = run.xcom("sense")
+        assert set(sensed) == {*RESULT_KEYS, "finished"}
+        assert sensed["finished"] is False
+        assert sensed["best_config"]["x"] == 3 and sensed["best_metrics"]["loss"] <= 1.5
+        assert sensed["num_terminated"] < 2
+        # The sensor did not wait for the end: the experiment still runs.
+        [job] = jobs_of(name)
+        assert job["status"] == "RUNNING"
+    finally:
+        stop_live_jobs(name)
+
+
+def teardown_module() -> None:
+    # Nothing a failed test started keeps running on the shared head.
+    from airflow_tune.hooks.ray import RayHook
+
+    try:
+        hook = RayHook()
+        for job in hook.list_jobs():
+            if job["status"] in ("PENDING", "RUNNING") and str(job["metadata"].get("airflow_dag_id", "")).startswith(
+                ("aft_", "tune_roundtrip")
+            ):
+                hook.stop_job(job["submission_id"])
+    except Exception:
+        pass
