@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: venv
-	RAY_AUTH_MODE=disabled $(PY) -m airflow_tune.demo
+	RAY_AUTH_MODE=disabled $(PY) demo/run.py
 
 lint: venv
 	$(VENV)/bin/ruff check airflow_tune tests dags benchmarks

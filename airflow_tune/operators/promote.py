@@ -178,7 +178,10 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
             self.outlets = []
             if self.skip_downstream_if_not_promoted:
                 downstream = [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]
-                self.skip(ti=context["ti"], tasks=downstream)
+                if downstream:
+                    # Skipping ends execute() (the SDK raises DownstreamTasksSkipped): keep the decision first.
+                    context["ti"].xcom_push(key="return_value", value=out)
+                    self.skip(ti=context["ti"], tasks=downstream)
             return out
 
         version = self.version_name(result)

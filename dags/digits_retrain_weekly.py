@@ -1,0 +1,66 @@
+"""Weekly retraining: tune an MLP on the digits with ASHA and per-epoch checkpoints, promote the winner only if it
+beats the deployed champion, then deploy it and smoke-test it on held-out data.
+
+Warm start: the search tries the current champion's config first, so next week's run starts from this week's best.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import DAG, task
+from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI
+
+from airflow_tune.operators.promote import PromoteCheckpointOperator
+from airflow_tune.operators.tune import RayTuneOperator
+
+with DAG(
+    dag_id="digits_retrain_weekly",
+    schedule="@weekly",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["airflow-tune", "example"],
+    doc_md=__doc__,
+) as dag:
+    tune = RayTuneOperator(
+        task_id="tune",
+        trainable="digits_tuning.trainables:train_mlp",
+        storage_path=STORAGE_URI,
+        metric="val_accuracy",
+        mode="max",
+        param_space={
+            "lr": {"loguniform": [1e-3, 1e-1]},
+            "alpha": {"loguniform": [1e-6, 1e-2]},
+            "hidden": {"choice": [16, 32, 64]},
+            "epochs": 8,
+        },
+        num_samples=6,
+        max_concurrent_trials=2,
+        scheduler={"name": "asha", "args": {"max_t": 8, "grace_period": 2, "reduction_factor": 2}},
+        checkpoint={"num_to_keep": 2},
+        warm_start=REGISTRY_URI,
+        progress_interval_s=2.0,
+        poll_interval=2.0,
+        deferrable=True,
+        **SHIP_TRAINABLES,
+    )
+
+    promote = PromoteCheckpointOperator(
+        task_id="promote",
+        result=tune.output,
+        registry_uri=REGISTRY_URI,
+        gate="better_than_champion",
+    )
+
+    @task
+    def deploy_and_smoke_test(decision: dict) -> dict:
+        """Load the promoted model from the registry and score it on the held-out test set."""
+        from digits_tuning.serve import holdout_score, load_model
+
+        score = holdout_score(load_model(decision["uri"]))
+        if score < 0.8:
+            raise ValueError(f"the promoted model scores {score:.3f} on held-out data, below the 0.8 floor")
+        print(f"[airflow-tune] deployed version {decision['version']}: held-out accuracy {score:.4f}")
+        return {"version": decision["version"], "holdout_accuracy": score}
+
+    deploy_and_smoke_test(promote.output)

@@ -1,0 +1,70 @@
+"""Tune from the Airflow UI's trigger form: the search space, budget and metric are Params checked by JSON schema.
+
+Uses the Class API trainable (SGD, one pass per step, checkpoints every 2 steps and at the end).
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, Param, task
+from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI
+
+from airflow_tune.operators.promote import PromoteCheckpointOperator
+from airflow_tune.operators.tune import RayTuneOperator
+
+PRIMITIVE_SCHEMA = {
+    "type": "object",
+    "minProperties": 1,
+    "maxProperties": 1,
+    "propertyNames": {
+        "enum": ["uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "choice", "grid_search"]
+    },
+}
+
+with DAG(
+    dag_id="digits_tune_from_ui",
+    schedule=None,
+    catchup=False,
+    tags=["airflow-tune", "example"],
+    doc_md=__doc__,
+    params={
+        "search_space": Param(
+            {"alpha": {"loguniform": [1e-6, 1e-2]}, "eta0": {"loguniform": [1e-3, 1e-1]}},
+            type="object",
+            description='Search space: each parameter is one primitive, e.g. {"alpha": {"loguniform": [1e-6, 0.01]}}',
+            additionalProperties=PRIMITIVE_SCHEMA,
+            minProperties=1,
+        ),
+        "num_samples": Param(4, type="integer", minimum=1, maximum=64, description="Trials to run"),
+        "max_steps": Param(6, type="integer", minimum=1, maximum=100, description="Passes over the data per trial"),
+        "time_budget_s": Param(300, type="integer", minimum=10, maximum=7200, description="Stop after this long"),
+        "promote": Param(False, type="boolean", description="Promote the winner if it beats the champion"),
+    },
+) as dag:
+    tune = RayTuneOperator(
+        task_id="tune",
+        trainable="digits_tuning.trainables:SGDDigits",
+        storage_path=STORAGE_URI,
+        metric="val_accuracy",
+        mode="max",
+        param_space="{{ params.search_space | tojson }}",
+        num_samples="{{ params.num_samples }}",
+        time_budget_s="{{ params.time_budget_s }}",
+        stop='{"training_iteration": {{ params.max_steps }}}',
+        checkpoint={"frequency": 2, "at_end": True, "num_to_keep": 2},
+        poll_interval=2.0,
+        progress_interval_s=2.0,
+        deferrable=True,
+        **SHIP_TRAINABLES,
+    )
+
+    @task.short_circuit
+    def promotion_requested(**context) -> bool:
+        return bool(context["params"]["promote"])
+
+    promote = PromoteCheckpointOperator(
+        task_id="promote",
+        result=tune.output,
+        registry_uri=REGISTRY_URI,
+        gate="better_than_champion",
+    )
+    tune >> promotion_requested() >> promote

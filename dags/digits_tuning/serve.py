@@ -1,0 +1,24 @@
+"""Deploy-side helpers: load a promoted model and score it on the held-out test set."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+from digits_tuning.trainables import MODEL_FILE
+
+
+def load_model(checkpoint_uri: str) -> Any:
+    from airflow_tune.checkpoints import download_checkpoint
+
+    folder = download_checkpoint(checkpoint_uri)
+    with open(os.path.join(folder, MODEL_FILE), "rb") as fh:
+        return pickle.load(fh)["model"]
+
+
+def holdout_score(model: Any) -> float:
+    from digits_tuning.data import splits
+
+    x_test, y_test = splits()["test"]
+    return float(model.score(x_test, y_test))

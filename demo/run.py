@@ -1,0 +1,145 @@
+"""`make demo`: the weekly retraining DAG end to end on a local Ray head and S3 endpoint, twice.
+
+Run 1 tunes, promotes the winner (no champion yet) and deploys it; run 2 tunes again, warm-started from the
+champion, and the gate decides whether the new winner beats it. Everything started here is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DAGS = REPO / "dags"
+STATE = Path(os.environ.get("AIRFLOW_TUNE_DEMO_DIR", REPO / ".stack" / "demo"))
+
+
+def follow(log_path: Path, stop: threading.Event, out) -> None:
+    """Show the live trial counts and trial errors from the Airflow log as they arrive."""
+    with open(log_path, errors="replace") as fh:
+        while True:
+            line = fh.readline()
+            if not line:
+                if stop.is_set():
+                    return
+                time.sleep(0.2)
+                continue
+            if "[airflow-tune]" not in line:
+                continue
+            text = line[line.index("[airflow-tune]") + len("[airflow-tune] ") :].split(" [airflow")[0].rstrip()
+            if text.startswith("result "):
+                continue
+            if " trials: " in text or " errored: " in text or text.startswith(("started", "restored", "deployed")):
+                print("   " + text, file=out, flush=True)
+
+
+def print_trials(result: dict) -> None:
+    from airflow_tune import storage
+
+    manifest = storage.read_json_or_none(f"{result['experiment_uri']}/.airflow_tune/result.json") or {}
+    metric = result["metric"]
+    trials = sorted(
+        manifest.get("trials", []),
+        key=lambda t: (
+            -(t["metrics"].get(metric) or 0.0) if result["mode"] == "max" else (t["metrics"].get(metric) or 0.0)
+        ),
+    )
+    print(f"   {'trial':<14}{'epochs':>7}{metric:>14}  config")
+    for t in trials:
+        config = {k: (float(f"{v:.3g}") if isinstance(v, float) else v) for k, v in t["config"].items()}
+        value = t["metrics"].get(metric)
+        shown = f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+        print(f"   {t['trial_id']:<14}{t['metrics'].get('training_iteration', '-'):>7}{shown:>14}  {config}")
+
+
+def run_dag(dag, log_path: Path) -> dict:
+    stop = threading.Event()
+    log_path.write_text("")
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(saved_out), "w")
+    watcher = threading.Thread(target=follow, args=(log_path, stop, terminal), daemon=True)
+    watcher.start()
+    with open(log_path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            run = dag.test()
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved_out, 1)
+            os.dup2(saved_err, 2)
+    stop.set()
+    watcher.join()
+    terminal.close()
+    results = {}
+    for ti in run.get_task_instances():
+        results[ti.task_id] = (str(ti.state), ti.xcom_pull(task_ids=ti.task_id))
+    return {"state": str(run.state), "tasks": results}
+
+
+def main() -> int:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    STATE.mkdir(parents=True, exist_ok=True)
+    os.environ["AIRFLOW_HOME"] = str(STATE / "airflow")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+    sys.path.insert(0, str(DAGS))
+
+    from airflow_tune.local import LocalStack
+
+    print("== Starting a local Ray head and S3 endpoint on 127.0.0.1")
+    stack = LocalStack(STATE, num_cpus=2)
+    started = time.monotonic()
+    try:
+        state = stack.start()
+        os.environ.update(state.env())
+        os.environ["AIRFLOW_TUNE_REGISTRY_URI"] = f"s3://{state.bucket}/models/digits"
+        print(f"   Ray dashboard {state.dashboard_url}   S3 {state.s3_endpoint} (bucket {state.bucket})")
+
+        import importlib
+
+        dag = importlib.import_module("digits_retrain_weekly").dag
+        log_path = Path(tempfile.mkdtemp(prefix="aft-demo-")) / "airflow.log"
+        summaries = []
+        for n in (1, 2):
+            print(f"\n== Run {n}: {dag.dag_id} (tune -> promote -> deploy)")
+            outcome = run_dag(dag, log_path)
+            summaries.append(outcome)
+            tasks = outcome["tasks"]
+            tune_state, result = tasks.get("tune", (None, None))
+            if not result:
+                print(f"   tuning did not finish ({tune_state}); the Airflow log is at {log_path}")
+                return 1
+            print_trials(result)
+            print(
+                f"   winner: trial {result['best_trial_id']} val_accuracy="
+                f"{result['best_metrics'].get('val_accuracy'):.4f} config={result['best_config']}"
+            )
+            counts = f"{result['num_terminated']} finished, {result['num_errored']} errored"
+            print(f"   trials: {result['num_trials']} ({counts})")
+            print(f"   best checkpoint: {result['best_checkpoint_uri']}")
+            _, decision = tasks.get("promote", (None, None))
+            if decision:
+                verdict = f"promoted as version {decision['version']}" if decision["promoted"] else "not promoted"
+                print(f"   promotion: {verdict} ({decision['reason']})")
+            deploy_state, deployed = tasks.get("deploy_and_smoke_test", (None, None))
+            if deployed:
+                print(f"   deployed model's held-out accuracy: {deployed['holdout_accuracy']:.4f}")
+            else:
+                print(f"   deploy: {deploy_state} (nothing new to deploy)")
+            if outcome["state"] != "success":
+                print(f"   the DAG run ended {outcome['state']}; the Airflow log is at {log_path}")
+                return 1
+        print(f"\n== Done in {time.monotonic() - started:.0f}s")
+        return 0
+    finally:
+        stopped = stack.stop()
+        print(f"== Stopped the local stack ({len(stopped)} processes)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
