@@ -63,5 +63,13 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [{"integration-name": "Ray Tune", "python-modules": ["airflow_tune.hooks.ray"]}],
+        "operators": [
+            {
+                "integration-name": "Ray Tune",
+                "python-modules": ["airflow_tune.operators.tune", "airflow_tune.operators.promote"],
+            }
+        ],
+        "sensors": [{"integration-name": "Ray Tune", "python-modules": ["airflow_tune.sensors.tune"]}],
+        "triggers": [{"integration-name": "Ray Tune", "python-modules": ["airflow_tune.triggers.tune"]}],
         "extra-links": ["airflow_tune.links.ray.RayJobLink"],
     }
