@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
 import inspect
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ray import tune
@@ -174,7 +175,8 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
     args = dict(sched.args)
     if sched.factory:
         factory = import_path(sched.factory, "scheduler.factory")
-        return factory(**args)
+        with _missing_package_is_fatal(f"scheduler.factory {sched.factory!r}"):
+            return factory(**args)
     from ray.tune import schedulers
 
     name = SCHEDULER_ALIASES.get(str(sched.name).lower(), str(sched.name).lower())
@@ -190,9 +192,7 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
         mutations = {
             k: (v if isinstance(v, list) else build_domain(v)) for k, v in args.pop("hyperparam_mutations").items()
         }
-        return schedulers.PopulationBasedTraining(
-            hyperparam_mutations=mutations, **args
-        )
+        return schedulers.PopulationBasedTraining(hyperparam_mutations=mutations, **args)
     if name == "pb2":
         _require_package("sklearn", "the pb2 scheduler", "scikit-learn")
         from ray.tune.schedulers.pb2 import PB2
@@ -207,7 +207,8 @@ def build_search(spec: ExperimentSpec) -> Any:
     points = [dict(p) for p in spec.points_to_evaluate] if spec.points_to_evaluate else None
     if search.factory:
         factory = import_path(search.factory, "search.factory")
-        searcher = factory(points_to_evaluate=points, **args) if points else factory(**args)
+        with _missing_package_is_fatal(f"search.factory {search.factory!r}"):
+            searcher = factory(points_to_evaluate=points, **args) if points else factory(**args)
     else:
         name = str(search.name).lower()
         package = SEARCHERS.get(name)
@@ -238,6 +239,19 @@ def build_search(spec: ExperimentSpec) -> Any:
 
         searcher = ConcurrencyLimiter(searcher, max_concurrent=search.max_concurrent)
     return searcher
+
+
+@contextlib.contextmanager
+def _missing_package_is_fatal(what: str) -> Iterator[None]:
+    """A factory that imports a package the cluster lacks is a setup error naming the package, not a crash."""
+    try:
+        yield
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise EngineError(
+            f"{what} needs the package {missing!r}, which is not installed on the cluster ({exc}): add it to the "
+            "operator's pip=[...] or to the cluster image"
+        ) from exc
 
 
 def _require_package(module: str, what: str, pip_name: str | None = None) -> None:

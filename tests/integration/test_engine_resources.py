@@ -67,7 +67,7 @@ def test_custom_resource_in_the_dict_form_limits_concurrency(stack, tmp_path):
     ran = read_markers(str(tmp_path), "ran")
     assert len(ran) == 3
     spans = sorted((m["begin"], m["end"]) for m in ran)
-    for (_, end), (begin, _) in zip(spans, spans[1:]):
+    for (_, end), (begin, _) in zip(spans, spans[1:], strict=False):
         assert begin >= end, f"two trials held accel=2 at once: {spans}"
     assert all(_amount(m["resources"], "CPU") == 0.5 for m in ran)
 

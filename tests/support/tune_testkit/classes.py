@@ -74,18 +74,16 @@ class SaysDone(tune.Trainable):
 
 
 class PbtModel(tune.Trainable):
-    """A "model" whose weight ``w`` moves by ``lr`` per step towards 10; PBT copies ``w`` through checkpoints."""
+    """A "model": weight ``w`` grows by ``lr`` per step (loss ``100 - w``); PBT copies ``w`` through checkpoints."""
 
     def setup(self, config: dict) -> None:
         self.w = 0.0
         self.lr = config["lr"]
-        self.history: list[float] = []
 
     def step(self) -> dict:
-        self.w += min(self.lr, abs(10 - self.w))
-        self.history.append(self.lr)
+        self.w += self.lr
         time.sleep(self.config.get("sleep", 0.0))
-        return {"loss": abs(10 - self.w), "w": self.w}
+        return {"loss": 100 - self.w, "w": self.w}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         with open(os.path.join(checkpoint_dir, "state.json"), "w") as fh:
