@@ -24,6 +24,8 @@ from airflow_tune.spec import ExperimentSpec, SpecError
 
 SPEC_ENV = "AIRFLOW_TUNE_SPEC"
 JOB_ID_ENV = "AIRFLOW_TUNE_JOB_ID"
+#: When set, the driver's last log line says whether anything imported airflow (the engine must not).
+DEBUG_IMPORTS_ENV = "AIRFLOW_TUNE_DEBUG_IMPORTS"
 MARK = "[airflow-tune] "
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -42,24 +44,35 @@ def load_spec(source: str | None) -> ExperimentSpec:
     return ExperimentSpec.from_json(text)
 
 
+def check_spec_unchanged(spec: ExperimentSpec) -> bool:
+    """Refuse a spec whose search space differs from the one recorded for the same experiment (Tune cannot change it
+    on restore, and a finished experiment's result answers another question). Return whether a spec was recorded."""
+    previous = storage.read_json_or_none(f"{spec.manifest_dir_uri}/spec.json")
+    if previous is None:
+        return False
+    before = ExperimentSpec.from_dict(previous).search_space_fingerprint()
+    if before != spec.search_space_fingerprint():
+        raise SpecError(
+            [
+                f"param_space/trainable differ from those of the experiment {spec.name!r} already in storage; "
+                "Tune cannot change the search space of an experiment it restores: use a new experiment name"
+            ]
+        )
+    return True
+
+
 def record_spec(spec: ExperimentSpec) -> None:
     """Keep the spec beside the experiment; refuse a changed search space on restore (Tune cannot change it)."""
-    uri = f"{spec.manifest_dir_uri}/spec.json"
-    previous = storage.read_json_or_none(uri)
-    if previous is not None:
-        before = ExperimentSpec.from_dict(previous).search_space_fingerprint()
-        if before != spec.search_space_fingerprint():
-            raise SpecError(
-                [
-                    f"param_space/trainable differ from those of the experiment {spec.name!r} already in storage; "
-                    "Tune cannot change the search space of an experiment it restores: use a new experiment name"
-                ]
-            )
-    storage.write_json(uri, spec.to_dict())
+    check_spec_unchanged(spec)
+    storage.write_json(f"{spec.manifest_dir_uri}/spec.json", spec.to_dict())
 
 
 def _forward_to_tune(signum: int, frame: Any) -> None:
     # Ray's job stop sends SIGTERM by default; Tune saves its state only on SIGINT/SIGUSR1.
+    if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        # Tune is not running yet (its handler is installed by fit()): nothing to save.
+        say("stopped before the experiment started")
+        raise SystemExit(EXIT_INTERRUPTED)
     os.kill(os.getpid(), signal.SIGUSR1)
 
 
@@ -70,6 +83,7 @@ def run(spec: ExperimentSpec) -> int:
     from airflow_tune.engine.progress import ProgressCallback, build_result_manifest
 
     result_uri = f"{spec.manifest_dir_uri}/result.json"
+    check_spec_unchanged(spec)
     existing = storage.read_json_or_none(result_uri)
     if existing is not None:
         say(f"experiment {spec.name} already finished; result at {result_uri}")
@@ -77,16 +91,21 @@ def run(spec: ExperimentSpec) -> int:
         return EXIT_OK
     record_spec(spec)
     ray.init(log_to_driver=True)
+    # ray.init() installs its own SIGTERM handler (sys.exit) on the driver: forward SIGTERM to Tune after it.
+    signal.signal(signal.SIGTERM, _forward_to_tune)
     callback = ProgressCallback(spec)
     tuner, restored = build_tuner(spec, [callback])
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     grid = tuner.fit()
-    statuses = _trial_statuses(tuner)
-    unfinished = {s: n for s, n in statuses.items() if s not in ("TERMINATED", "ERROR")}
+    unfinished = callback.unfinished_trials(_trials_of(tuner))
     if unfinished:
         elapsed = time.monotonic() - started
-        say(f"interrupted after {elapsed:.0f}s with trials {unfinished}; state saved, a rerun resumes")
+        shown = ", ".join(unfinished[:10]) + (f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else "")
+        say(
+            f"interrupted after {elapsed:.0f}s with {len(unfinished)} unfinished trials ({shown}); "
+            "state saved, a rerun resumes"
+        )
         return EXIT_INTERRUPTED
     manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
     storage.write_json(result_uri, manifest)
@@ -107,16 +126,11 @@ def run(spec: ExperimentSpec) -> int:
     return EXIT_OK
 
 
-def _trial_statuses(tuner: Any) -> dict[str, int]:
-    """Statuses of the experiment's trials; unfinished ones mean the run was interrupted, not completed."""
-    from collections import Counter
-
-    grid = tuner.get_results()
-    counts: Counter[str] = Counter()
-    analysis = getattr(grid, "_experiment_analysis", None)
-    for trial in getattr(analysis, "trials", None) or []:
-        counts[str(trial.status)] += 1
-    return dict(counts)
+def _trials_of(tuner: Any) -> list[Any] | None:
+    """The experiment's trials as Tune left them, or None when the Tuner's internals differ from 2.60's."""
+    analysis = getattr(tuner.get_results(), "_experiment_analysis", None)
+    trials = getattr(analysis, "trials", None)
+    return list(trials) if trials is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,4 +175,7 @@ def _last_line(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if os.environ.get(DEBUG_IMPORTS_ENV):
+        say(f"airflow imported: {'airflow' in sys.modules}")
+    sys.exit(code)

@@ -69,8 +69,18 @@ class ProgressCallback(tune.Callback):
         self._last_write = -math.inf
         self._trials: list[Any] = []
         self.writes = 0
+        # Trials that ended in this run (Tune told us) or had ended before it (a restored experiment). When a run is
+        # interrupted, Tune 2.60 marks the trials still running TERMINATED in memory (its cleanup stops them) without
+        # on_trial_complete, so a trial's status alone cannot tell an interrupted run from a finished one.
+        self._ended: set[str] = set()
+        self._ended_before: set[str] | None = None
 
     # -- Tune hooks -------------------------------------------------------------------------------------------
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        if self._ended_before is None:
+            self._ended_before = {t.trial_id for t in trials if t.status in ("TERMINATED", "ERROR")}
+        self._trials = trials
+
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._tick(trials)
 
@@ -78,14 +88,23 @@ class ProgressCallback(tune.Callback):
         self._tick(trials)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ended.add(trial.trial_id)
         self._tick(trials, force_write=True)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ended.add(trial.trial_id)
         self._emit(f"trial {trial.trial_id} errored: {_error_line(trial)}")
         self._tick(trials, force_write=True)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self._trials = trials
         self._tick(trials, force_write=True, force_print=True)
+
+    def unfinished_trials(self, trials: list | None = None) -> list[str]:
+        """Ids of the trials that did not end: the run was interrupted (or stopped by its time budget) before."""
+        trials = self._trials if trials is None else trials
+        ended = self._ended | (self._ended_before or set())
+        return [t.trial_id for t in trials if t.trial_id not in ended or t.status not in ("TERMINATED", "ERROR")]
 
     # -- rate-limited outputs ---------------------------------------------------------------------------------
     def _tick(self, trials: list, *, force_write: bool = False, force_print: bool = False) -> None:

@@ -1,0 +1,162 @@
+"""Interrupt and restore, as real Ray jobs: a SIGKILLed driver, a job stopped with SIGINT or SIGTERM, a finished
+experiment run again, and a rerun whose search space changed. Marker files count what each trial really ran."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from airflow_tune import storage
+from tests.integration.test_engine_forms import assert_best
+from tests.support import engine_jobs as jobs
+from tests.support.tune_testkit.markers import read_markers
+
+pytestmark = pytest.mark.timeout(240)
+
+XS = [0, 1, 2, 3]
+
+
+def _checkpointing_spec(stack, tmp_path, prefix: str, xs=XS, **fields) -> dict:
+    return jobs.base_spec(
+        stack,
+        jobs.unique_name(prefix),
+        "tune_testkit.functions:checkpointing",
+        param_space={
+            "x": {"grid_search": xs},
+            "steps": 6,
+            "best_step": 4,
+            "sleep": 0.4,
+            "marker_dir": str(tmp_path),
+        },
+        max_concurrent_trials=1,
+        **fields,
+    )
+
+
+def _progress_at_interrupt(marker_dir: str) -> tuple[set, dict]:
+    """(x of the trials that finished, {x: last step} of the trials that started but did not finish)."""
+    markers = read_markers(marker_dir)
+    finished = {m["x"] for m in markers if m["event"] == "end"}
+    steps: dict = {}
+    for m in markers:
+        if m["event"] == "step" and m["x"] not in finished:
+            steps[m["x"]] = max(steps.get(m["x"], -1), m["step"])
+    return finished, steps
+
+
+def _finished_and_running(marker_dir: str, done: int):
+    finished, steps = _progress_at_interrupt(marker_dir)
+    return len(finished) >= done and any(step >= 1 for step in steps.values())
+
+
+def _assert_resumed(manifest: dict, marker_dir: str, finished: set, interrupted: dict, xs=XS) -> None:
+    """All trials finished once; none that had finished ran again; the interrupted ones resumed from a checkpoint."""
+    assert manifest["num_trials"] == len(xs) and manifest["num_terminated"] == len(xs), manifest
+    assert sorted(t["config"]["x"] for t in manifest["trials"]) == xs
+    assert all(t["metrics"]["training_iteration"] == 6 for t in manifest["trials"])
+    markers = read_markers(marker_dir)
+    for x in xs:
+        events = [m["event"] for m in markers if m["x"] == x]
+        assert events.count("start") == 1, (x, events)
+        assert events.count("end") == 1, (x, events)
+        if x in finished:
+            assert not [e for e in events if e.startswith("resume")], f"finished trial x={x} ran again: {events}"
+    for x, last_step in interrupted.items():
+        resumes = [int(m["event"][len("resume") :]) for m in markers if m["x"] == x and m["event"].startswith("resume")]
+        assert resumes and all(n > 0 for n in resumes), f"x={x} (at step {last_step}) did not resume: {resumes}"
+    assert_best(manifest, "loss", "min")
+    assert manifest["best_config"]["x"] == 3
+    state = jobs.read_checkpoint_state(manifest["best_checkpoint_uri"])
+    assert state["x"] == 3 and state["step"] == 4, state  # the best step (4), not the last (5)
+
+
+def test_sigkilled_driver_then_rerun_restores(stack, tmp_path):
+    spec = _checkpointing_spec(stack, tmp_path, "sigkill")
+    # Tune snapshots the experiment at most every TUNE_GLOBAL_CHECKPOINT_S (auto: >= 10 s); what happens after the
+    # last snapshot is lost when the driver dies. A short period keeps the test short.
+    env = {"TUNE_GLOBAL_CHECKPOINT_S": "0.5"}
+    job_id = jobs.submit(stack, spec, env=env)
+    pid = jobs.driver_pid(stack, job_id)
+    jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 2), 120, "2 trials done and a 3rd under way")
+    time.sleep(1.5)  # let a snapshot record the finished trials and the running one's checkpoint
+    finished, interrupted = _progress_at_interrupt(str(tmp_path))
+    os.kill(pid, signal.SIGKILL)
+    assert jobs.wait(stack, job_id, 60) == "FAILED"
+    assert storage.read_json_or_none(jobs.result_uri(spec)) is None
+    time.sleep(1)  # the killed driver's trial actors go with it
+    killed_at = time.time()
+    assert len(finished) >= 2 and interrupted, (finished, interrupted)
+
+    logs, manifest = jobs.run_ok(stack, spec, env=env)
+    assert "[airflow-tune] restored experiment" in logs
+    _assert_resumed(manifest, str(tmp_path), finished, interrupted)
+    # Nothing ran while the driver was dead: every marker after the kill comes from the second job.
+    assert not [m for m in read_markers(str(tmp_path)) if killed_at - 1 < m["time"] < killed_at]
+
+
+@pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
+def test_stopped_job_saves_state_and_rerun_resumes(stack, tmp_path, stop_signal):
+    """SIGINT reaches Tune directly; SIGTERM (Ray's default stop signal) is forwarded by the engine as SIGUSR1."""
+    xs = [1, 2, 3]
+    spec = _checkpointing_spec(stack, tmp_path, f"stop-{stop_signal.lower()}", xs=xs)
+    job_id = jobs.submit(stack, spec, env={"RAY_JOB_STOP_SIGNAL": stop_signal})
+    jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 1), 120, "1 trial done and a 2nd under way")
+    finished, interrupted = _progress_at_interrupt(str(tmp_path))
+    jobs.client(stack).stop_job(job_id)
+    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    logs = jobs.logs(stack, job_id)
+    assert "state saved, a rerun resumes" in logs, logs[-4000:]
+    assert storage.read_json_or_none(jobs.result_uri(spec)) is None
+
+    logs, manifest = jobs.run_ok(stack, spec)
+    assert "[airflow-tune] restored experiment" in logs
+    _assert_resumed(manifest, str(tmp_path), finished, interrupted, xs=xs)
+
+
+def test_finished_experiment_rerun_returns_at_once_and_changed_space_is_refused(stack, tmp_path):
+    spec = jobs.base_spec(
+        stack,
+        jobs.unique_name("rerun"),
+        "tune_testkit.functions:return_dict",
+        metric="score",
+        mode="max",
+        param_space={"x": {"grid_search": [1, 2]}, "marker_dir": str(tmp_path)},
+    )
+    logs, first = jobs.run_ok(stack, spec, env={"AIRFLOW_TUNE_DEBUG_IMPORTS": "1"})
+    assert first["best_config"]["x"] == 2
+    assert "[airflow-tune] airflow imported: False" in logs, "the engine must run without importing airflow"
+    runs = len(read_markers(str(tmp_path)))
+    assert runs == 2
+
+    began = time.monotonic()
+    logs, again = jobs.run_ok(stack, spec)
+    assert time.monotonic() - began < 15
+    assert "already finished" in logs and "started experiment" not in logs and "restored experiment" not in logs
+    assert again == first
+    assert len(read_markers(str(tmp_path))) == runs, "no trial ran again"
+
+    changed = {**spec, "param_space": {**spec["param_space"], "x": {"grid_search": [1, 2, 5]}}}
+    job_id = jobs.submit(stack, changed)
+    assert jobs.wait(stack, job_id, 60) == "FAILED"
+    assert jobs.exit_code(stack, job_id) == 2
+    text = jobs.logs(stack, job_id)
+    assert "param_space/trainable differ from those of the experiment" in text
+    assert "use a new experiment name" in text
+    assert len(read_markers(str(tmp_path))) == runs
+    assert storage.read_json(jobs.result_uri(spec)) == first
+
+
+def test_changed_space_of_an_interrupted_experiment_is_refused(stack, tmp_path):
+    spec = _checkpointing_spec(stack, tmp_path, "changed", xs=[1, 3])
+    job_id = jobs.submit(stack, spec)
+    jobs.wait_until(lambda: read_markers(str(tmp_path), "step"), 120, "a first step")
+    jobs.client(stack).stop_job(job_id)
+    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    changed = {**spec, "param_space": {**spec["param_space"], "steps": 7}}
+    job_id = jobs.submit(stack, changed)
+    assert jobs.wait(stack, job_id, 60) == "FAILED"
+    assert jobs.exit_code(stack, job_id) == 2
+    assert "param_space/trainable differ" in jobs.logs(stack, job_id)
