@@ -40,6 +40,10 @@ def import_path(path: str, what: str) -> Any:
 
 
 # --- search space -------------------------------------------------------------------------------------------------
+#: Where the optional log base sits in the arguments of the log primitives.
+_LOG_BASE_AT = {"loguniform": 2, "qloguniform": 3, "lograndint": 2, "qlograndint": 3}
+
+
 def build_domain(node: Any) -> Any:
     """Turn one declarative search-space node into a Tune domain, recursively; plain values stay as they are."""
     name = primitive_of(node)
@@ -60,6 +64,9 @@ def build_domain(node: Any) -> Any:
         fn = import_path(args, "sample_from")
         return tune.sample_from(fn)
     positional = list(args.values()) if isinstance(args, Mapping) else list(args)
+    if name in _LOG_BASE_AT and len(positional) > _LOG_BASE_AT[name]:
+        # A log-uniform distribution is the same in any base; Ray 2.60 deprecates the argument (and warns).
+        positional = positional[: _LOG_BASE_AT[name]]
     if name == "randn":
         return tune.randn(*positional)
     return getattr(tune, name)(*positional)
