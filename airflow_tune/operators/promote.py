@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -104,11 +103,14 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
     # -- inputs -------------------------------------------------------------------------------------------------
     def _inputs(self) -> tuple[dict[str, Any], str, str, float | None]:
         result = json.loads(self.result) if isinstance(self.result, str) else self.result
-        if not isinstance(result, dict) or "best_metrics" not in result:
+        if not isinstance(result, dict) or "best_metrics" not in result or "metric" not in result:
             raise TypeError(
                 "result must be the RayTuneOperator's XCom result (a dict with best_metrics, best_checkpoint_uri, "
                 f"metric, mode), got {type(result).__name__}"
+                + (f" with keys {sorted(result)}" if isinstance(result, dict) else "")
             )
+        if result.get("mode") not in ("min", "max"):
+            raise ValueError(f"result['mode'] = {result.get('mode')!r}: the experiment's mode must be 'min' or 'max'")
         bucket, prefix = split_s3_uri(self.registry_uri)
         if not prefix:
             raise ValueError(f"registry_uri = {self.registry_uri!r}: give a prefix, e.g. s3://{bucket}/models/digits")
@@ -120,6 +122,8 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
                 threshold = float(self.threshold)  # type: ignore[arg-type]
             except (TypeError, ValueError):
                 raise ValueError(f"threshold = {self.threshold!r}: gate='threshold' needs a number") from None
+            if not math.isfinite(threshold):
+                raise ValueError(f"threshold = {self.threshold!r}: gate='threshold' needs a finite number")
         return result, bucket, prefix, threshold
 
     def s3_client(self) -> Any:
@@ -144,9 +148,16 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         champion = self.read_champion(s3, bucket, prefix)
         champion_value = champion.get("value") if champion else None
         source = result.get("best_checkpoint_uri")
+        # Listed before the gate: the version is named from the checkpoint itself, so a retry finds it again.
+        objects = self.list_checkpoint(s3, str(source)) if source else []
+        version = self.version_name(result, objects) if objects else None
 
         if not source:
             decision = (False, "the best trial saved no checkpoint")
+        elif champion is not None and champion.get("version") == version:
+            # A retry after the pointer moved (e.g. the task died before its Asset event was recorded): finish the
+            # same promotion again rather than comparing the winner with itself and skipping the deploy.
+            decision = (True, f"version {version} is already the champion: promoting it again (a retry)")
         elif self.gate == "always":
             decision = (True, "gate 'always'")
         elif self.gate == "threshold":
@@ -184,9 +195,10 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
                     self.skip(ti=context["ti"], tasks=downstream)
             return out
 
-        version = self.version_name(result)
+        if version is None:
+            raise PromotionError(f"no objects found under the checkpoint {source}")
         version_prefix = f"{prefix}/versions/{version}"
-        copied = self.copy_checkpoint(s3, str(source), bucket, f"{version_prefix}/checkpoint")
+        copied = self.copy_checkpoint(s3, str(source), bucket, f"{version_prefix}/checkpoint", objects=objects)
         model = self.model_card(context, result, version, copied)
         s3.put_object(
             Bucket=bucket,
@@ -204,6 +216,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
             "config": result.get("best_config"),
             "experiment": result.get("experiment"),
             "trial_id": result.get("best_trial_id"),
+            "source_checkpoint_uri": source,
             "promoted_at": model["promoted_at"],
         }
         # The pointer moves last: readers see the old champion or the complete new one.
@@ -237,30 +250,58 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         return dict(json.loads(body))
 
     @staticmethod
-    def version_name(result: dict[str, Any]) -> str:
-        """Deterministic per experiment and trial, so a retried promotion rewrites the same version."""
-        stamp = datetime.fromtimestamp(float(result.get("finished_at") or time.time()), tz=timezone.utc)
+    def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ()) -> str:
+        """Deterministic per checkpoint, so a retried promotion rewrites the same version.
+
+        Stamped with the result's ``finished_at`` when it has one, else with the newest ``LastModified`` of the
+        checkpoint's objects (the XCom result has no time of its own), then the trial id.
+        """
+        stamp: datetime | None = None
+        if result.get("finished_at"):
+            stamp = datetime.fromtimestamp(float(result["finished_at"]), tz=timezone.utc)
+        else:
+            times = [o["LastModified"] for o in objects if isinstance(o.get("LastModified"), datetime)]
+            if times:
+                stamp = max(times).astimezone(timezone.utc)
+        if stamp is None:
+            raise PromotionError("cannot name the version: the result has no finished_at and no listed objects")
         return f"{stamp:%Y%m%dT%H%M%SZ}-{result.get('best_trial_id') or 'trial'}"
 
-    def copy_checkpoint(self, s3: Any, source_uri: str, bucket: str, dest_prefix: str) -> list[dict[str, Any]]:
+    @staticmethod
+    def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]:
+        """The objects of the checkpoint under ``source_uri`` (S3 listing entries plus ``rel``, the relative key)."""
+        src_bucket, src_prefix = split_s3_uri(source_uri)
+        listed = []
+        paginator = s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=src_bucket, Prefix=f"{src_prefix}/" if src_prefix else ""):
+            for obj in page.get("Contents", []):
+                rel = obj["Key"][len(src_prefix) + 1 :] if src_prefix else obj["Key"]
+                if not rel or rel.endswith("/"):
+                    continue  # pyarrow's 0-byte folder markers
+                listed.append({**obj, "rel": rel})
+        return listed
+
+    def copy_checkpoint(
+        self,
+        s3: Any,
+        source_uri: str,
+        bucket: str,
+        dest_prefix: str,
+        objects: Sequence[dict[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
         """Server-side copy of every object under ``source_uri`` (multipart for large ones); no download."""
         from boto3.s3.transfer import TransferConfig
 
-        src_bucket, src_prefix = split_s3_uri(source_uri)
+        src_bucket, _ = split_s3_uri(source_uri)
+        if objects is None:
+            objects = self.list_checkpoint(s3, source_uri)
+        if not objects:
+            raise PromotionError(f"no objects found under the checkpoint {source_uri}")
         config = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
         copied = []
-        paginator = s3.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=src_bucket, Prefix=f"{src_prefix}/"):
-            for obj in page.get("Contents", []):
-                key = obj["Key"]
-                rel = key[len(src_prefix) + 1 :]
-                if not rel or rel.endswith("/"):
-                    continue  # pyarrow's 0-byte folder markers
-                dest_key = f"{dest_prefix}/{rel}"
-                s3.copy({"Bucket": src_bucket, "Key": key}, bucket, dest_key, Config=config)
-                copied.append({"key": rel, "size": obj["Size"], "etag": obj.get("ETag")})
-        if not copied:
-            raise PromotionError(f"no objects found under the checkpoint {source_uri}")
+        for obj in objects:
+            s3.copy({"Bucket": src_bucket, "Key": obj["Key"]}, bucket, f"{dest_prefix}/{obj['rel']}", Config=config)
+            copied.append({"key": obj["rel"], "size": obj["Size"], "etag": obj.get("ETag")})
         return copied
 
     def model_card(
