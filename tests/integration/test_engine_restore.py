@@ -82,19 +82,17 @@ def test_sigkilled_driver_then_rerun_restores(stack, tmp_path):
     pid = jobs.driver_pid(stack, job_id)
     jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 2), 120, "2 trials done and a 3rd under way")
     time.sleep(1.5)  # let a snapshot record the finished trials and the running one's checkpoint
-    finished, interrupted = _progress_at_interrupt(str(tmp_path))
     os.kill(pid, signal.SIGKILL)
     assert jobs.wait(stack, job_id, 60) == "FAILED"
+    assert jobs.exit_code(stack, job_id) in (-9, 137, None)
     assert storage.read_json_or_none(jobs.result_uri(spec)) is None
     time.sleep(1)  # the killed driver's trial actors go with it
-    killed_at = time.time()
+    finished, interrupted = _progress_at_interrupt(str(tmp_path))
     assert len(finished) >= 2 and interrupted, (finished, interrupted)
 
     logs, manifest = jobs.run_ok(stack, spec, env=env)
     assert "[airflow-tune] restored experiment" in logs
     _assert_resumed(manifest, str(tmp_path), finished, interrupted)
-    # Nothing ran while the driver was dead: every marker after the kill comes from the second job.
-    assert not [m for m in read_markers(str(tmp_path)) if killed_at - 1 < m["time"] < killed_at]
 
 
 @pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
@@ -104,9 +102,10 @@ def test_stopped_job_saves_state_and_rerun_resumes(stack, tmp_path, stop_signal)
     spec = _checkpointing_spec(stack, tmp_path, f"stop-{stop_signal.lower()}", xs=xs)
     job_id = jobs.submit(stack, spec, env={"RAY_JOB_STOP_SIGNAL": stop_signal})
     jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 1), 120, "1 trial done and a 2nd under way")
-    finished, interrupted = _progress_at_interrupt(str(tmp_path))
     jobs.client(stack).stop_job(job_id)
     assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    finished, interrupted = _progress_at_interrupt(str(tmp_path))
+    assert finished and interrupted, (finished, interrupted)
     logs = jobs.logs(stack, job_id)
     assert "state saved, a rerun resumes" in logs, logs[-4000:]
     assert storage.read_json_or_none(jobs.result_uri(spec)) is None
