@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ class RealAirflow:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "10",
+            "AIRFLOW__TRIGGERER__CAPACITY": "10",  # 3.3 renamed default_capacity (a DeprecationWarning otherwise)
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
         }
@@ -119,6 +120,10 @@ class RealAirflow:
             args = [_airflow_exe(), name]
             if name == "api-server":
                 args += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
+            elif name in ("scheduler", "triggerer"):
+                # Their log servers bind every interface on fixed ports (8793, 8794): they would clash with any
+                # other Airflow on the machine, and are not needed: the API server reads the log files directly.
+                args.append("--skip-serve-logs")
             self.procs[name] = self._spawn(name, args)
         self.wait_healthy(timeout)
         self.timings["healthy"] = time.monotonic() - started
@@ -181,18 +186,24 @@ class RealAirflow:
         import psutil
 
         self.track()
-        # The API server last: tasks still running report their end through it.
-        for name in ("scheduler", "triggerer", "dag-processor", "api-server"):
+
+        def stop_one(name: str) -> None:
             proc = self.procs.get(name)
             if proc is None:
-                continue
+                return
             started = time.monotonic()
-            self.pids_seen |= set(stop_process_tree(proc.pid, grace=15.0))
-            self.timings[f"stop {name}"] = time.monotonic() - started
+            self.pids_seen.update(stop_process_tree(proc.pid, grace=15.0))
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+            self.timings[f"stop {name}"] = time.monotonic() - started
+
+        # The API server last: tasks still running report their end through it. The other three stop side by
+        # side (each may wait for its children: the triggerer's supervisor, the executor's workers).
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(stop_one, ("scheduler", "triggerer", "dag-processor")))
+        stop_one("api-server")
         left = []
         for pid in sorted(self.pids_seen):
             try:
