@@ -207,12 +207,6 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: Pref
     deploy_run = deploy_runs[0]
     assert deploy_run["run_type"] == "asset_triggered", deploy_run
     deploy_id = deploy_run["dag_run_id"]
-    # ... because of the registry Asset event that this run's promote task emitted.
-    consumed = api.get_json(f"/dags/{DEPLOY_DAG}/dagRuns/{deploy_id}/upstreamAssetEvents")["asset_events"]
-    registry_uri = f"s3://{stack.bucket}/{prefix}/models/digits"
-    assert [(e["uri"], e["source_dag_id"], e["source_run_id"], e["source_task_id"]) for e in consumed] == [
-        (registry_uri, UI_DAG, run_id, "promote")
-    ], consumed
 
     def deploy_finished() -> dict[str, Any] | None:
         airflow.check_alive()
@@ -221,6 +215,14 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: Pref
 
     final = wait_until(deploy_finished, 120, "the deploy run to finish")
     assert final["state"] == "success", api.task_instances(DEPLOY_DAG, deploy_id)
+    # ... because of the registry Asset event that this run's promote task emitted. (Asked only now: in 3.3.2 this
+    # endpoint answers 500 while a run it lists has no start_date yet, DagRunAssetReference.start_date not nullable.)
+    consumed = api.get_json(f"/dags/{DEPLOY_DAG}/dagRuns/{deploy_id}/upstreamAssetEvents")["asset_events"]
+    registry_uri = f"s3://{stack.bucket}/{prefix}/models/digits"
+    assert [(e["uri"], e["source_dag_id"], e["source_run_id"], e["source_task_id"]) for e in consumed] == [
+        (registry_uri, UI_DAG, run_id, "promote")
+    ], consumed
+
     served = api.xcom(DEPLOY_DAG, deploy_id, "deploy_champion")["value"]
     assert served["version"] == promoted["version"], (served, promoted)
     assert served["holdout_accuracy"] > 0.5, served
