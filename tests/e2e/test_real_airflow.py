@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.real_airflow import ApiClient, RealAirflow, wait_until
+from tests.e2e.real_airflow import USERNAME, ApiClient, RealAirflow, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -34,17 +34,14 @@ GOOD_CONF = {
 }
 
 
-class Prefix(str):
-    """The S3 prefix under the stack's bucket that this run's experiments and registry live in."""
+@pytest.fixture
+def prefix() -> str:
+    """The S3 prefix under the stack's bucket that this test's experiments and registry live in."""
+    return f"e2e-real-airflow-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
-def prefix() -> Prefix:
-    return Prefix(f"e2e-real-airflow-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-def airflow(stack: Any, prefix: Prefix, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealAirflow]:
+def airflow(stack: Any, prefix: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealAirflow]:
     env = {
         **stack.env(),
         "AIRFLOW_TUNE_STORAGE_URI": f"s3://{stack.bucket}/{prefix}/experiments",
@@ -67,8 +64,6 @@ def airflow(stack: Any, prefix: Prefix, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def api(airflow: RealAirflow) -> Iterator[ApiClient]:
-    from tests.e2e.real_airflow import USERNAME
-
     client = ApiClient(airflow.base_url, USERNAME, airflow.password)
     try:
         yield client
@@ -104,7 +99,7 @@ def _log_events(content: list[Any]) -> list[dict[str, Any]]:
     return events
 
 
-def test_ui_dag_under_real_airflow(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: Prefix, s3_client) -> None:
+def test_ui_dag_under_real_airflow(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str, s3_client) -> None:
     started = time.monotonic()
     try:
         _run_scenario(airflow, api, stack, prefix, s3_client)
@@ -115,7 +110,7 @@ def test_ui_dag_under_real_airflow(airflow: RealAirflow, api: ApiClient, stack: 
         print(f"real-Airflow scenario took {time.monotonic() - started:.1f}s")
 
 
-def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: Prefix, s3_client) -> None:
+def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str, s3_client) -> None:
     # The dag processor has parsed both example DAGs, without import errors.
     def parsed() -> bool:
         airflow.check_alive()
