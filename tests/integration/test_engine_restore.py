@@ -19,16 +19,16 @@ pytestmark = pytest.mark.timeout(240)
 XS = [0, 1, 2, 3]
 
 
-def _checkpointing_spec(stack, tmp_path, prefix: str, xs=XS, **fields) -> dict:
+def _checkpointing_spec(stack, tmp_path, prefix: str, xs=XS, steps: int = 6, sleep: float = 0.4, **fields) -> dict:
     return jobs.base_spec(
         stack,
         jobs.unique_name(prefix),
         "tune_testkit.functions:checkpointing",
         param_space={
             "x": {"grid_search": xs},
-            "steps": 6,
+            "steps": steps,
             "best_step": 4,
-            "sleep": 0.4,
+            "sleep": sleep,
             "marker_dir": str(tmp_path),
         },
         max_concurrent_trials=1,
@@ -52,11 +52,11 @@ def _finished_and_running(marker_dir: str, done: int):
     return len(finished) >= done and any(step >= 1 for step in steps.values())
 
 
-def _assert_resumed(manifest: dict, marker_dir: str, finished: set, interrupted: dict, xs=XS) -> None:
+def _assert_resumed(manifest: dict, marker_dir: str, finished: set, interrupted: dict, xs=XS, steps=6) -> None:
     """All trials finished once; none that had finished ran again; the interrupted ones resumed from a checkpoint."""
     assert manifest["num_trials"] == len(xs) and manifest["num_terminated"] == len(xs), manifest
     assert sorted(t["config"]["x"] for t in manifest["trials"]) == xs
-    assert all(t["metrics"]["training_iteration"] == 6 for t in manifest["trials"])
+    assert all(t["metrics"]["training_iteration"] == steps for t in manifest["trials"])
     markers = read_markers(marker_dir)
     for x in xs:
         events = [m["event"] for m in markers if m["x"] == x]
@@ -99,9 +99,13 @@ def test_sigkilled_driver_then_rerun_restores(stack, tmp_path):
 def test_stopped_job_saves_state_and_rerun_resumes(stack, tmp_path, stop_signal):
     """SIGINT reaches Tune directly; SIGTERM (Ray's default stop signal) is forwarded by the engine as SIGUSR1."""
     xs = [1, 2, 3]
-    spec = _checkpointing_spec(stack, tmp_path, f"stop-{stop_signal.lower()}", xs=xs)
+    # 8 steps of 0.5 s: the stop lands while the 2nd trial runs, even on a busy machine (it is sent at its step 1).
+    spec = _checkpointing_spec(stack, tmp_path, f"stop-{stop_signal.lower()}", xs=xs, steps=8, sleep=0.5)
     job_id = jobs.submit(stack, spec, env={"RAY_JOB_STOP_SIGNAL": stop_signal})
-    jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 1), 120, "1 trial done and a 2nd under way")
+    try:
+        jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 1), 120, "1 trial done and a 2nd under way")
+    except TimeoutError:
+        raise AssertionError(jobs.logs(stack, job_id)[-5000:]) from None
     jobs.client(stack).stop_job(job_id)
     assert jobs.wait(stack, job_id, 60) == "STOPPED"
     finished, interrupted = _progress_at_interrupt(str(tmp_path))
@@ -112,7 +116,7 @@ def test_stopped_job_saves_state_and_rerun_resumes(stack, tmp_path, stop_signal)
 
     logs, manifest = jobs.run_ok(stack, spec)
     assert "[airflow-tune] restored experiment" in logs
-    _assert_resumed(manifest, str(tmp_path), finished, interrupted, xs=xs)
+    _assert_resumed(manifest, str(tmp_path), finished, interrupted, xs=xs, steps=8)
 
 
 def test_finished_experiment_rerun_returns_at_once_and_changed_space_is_refused(stack, tmp_path):
