@@ -1,0 +1,28 @@
+"""`make bench`: every benchmark in one run, on a fresh local stack that is stopped at the end."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from benchmarks import job_overhead, parse_cost, trigger_poll
+
+
+def main() -> None:
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    root = tempfile.mkdtemp(prefix="aft-bench-")
+    os.environ["AIRFLOW_HOME"] = os.path.join(root, "airflow")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    parse_cost.main()
+    print()
+    from airflow_tune.local import LocalStack
+
+    with LocalStack(root, airflow=False) as state:
+        os.environ.update(state.env())
+        trigger_poll.main(state)
+        print()
+        job_overhead.main(state)
+
+
+if __name__ == "__main__":
+    main()
