@@ -37,6 +37,17 @@ def follow(log_path: Path, stop: threading.Event, out) -> None:
                 print("   " + text, file=out, flush=True)
 
 
+def print_checkpoint_keys(result: dict) -> None:
+    """The S3 keys the experiment's checkpoints landed at (Tune keeps the best per trial, see num_to_keep)."""
+    from airflow_tune import storage
+
+    keys = [uri for uri in storage.list_files(result["experiment_uri"]) if "/checkpoint_" in uri]
+    folders = sorted({uri.rsplit("/", 1)[0] for uri in keys})
+    print(f"   checkpoints in S3: {len(folders)} folders, {len(keys)} objects, e.g.")
+    for uri in keys[:3]:
+        print(f"     {uri.removeprefix(result['experiment_uri'] + '/')}")
+
+
 def print_trials(result: dict) -> None:
     from airflow_tune import storage
 
@@ -122,6 +133,7 @@ def main() -> int:
             counts = f"{result['num_terminated']} finished, {result['num_errored']} errored"
             print(f"   trials: {result['num_trials']} ({counts})")
             print(f"   best checkpoint: {result['best_checkpoint_uri']}")
+            print_checkpoint_keys(result)
             _, decision = tasks.get("promote", (None, None))
             if decision:
                 verdict = f"promoted as version {decision['version']}" if decision["promoted"] else "not promoted"

@@ -61,6 +61,11 @@ def check_spec_unchanged(spec: ExperimentSpec) -> bool:
     return True
 
 
+def is_success(manifest: dict[str, Any]) -> bool:
+    """Whether a result manifest is a finished, successful experiment (older manifests carry no status)."""
+    return manifest.get("status", "succeeded") == "succeeded"
+
+
 def record_spec(spec: ExperimentSpec) -> None:
     """Keep the spec beside the experiment; refuse a changed search space on restore (Tune cannot change it)."""
     check_spec_unchanged(spec)
@@ -85,7 +90,7 @@ def run(spec: ExperimentSpec) -> int:
     result_uri = f"{spec.manifest_dir_uri}/result.json"
     check_spec_unchanged(spec)
     existing = storage.read_json_or_none(result_uri)
-    if existing is not None:
+    if existing is not None and is_success(existing):
         say(f"experiment {spec.name} already finished; result at {result_uri}")
         say("result " + json.dumps({k: v for k, v in existing.items() if k != "trials"}, default=str))
         return EXIT_OK
@@ -108,22 +113,29 @@ def run(spec: ExperimentSpec) -> int:
         )
         return EXIT_INTERRUPTED
     manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
+    failure = failure_reason(spec, manifest)
+    # A failed manifest is kept for diagnosis but is not a result: a rerun restores and retries the trials.
+    manifest["status"] = "failed" if failure else "succeeded"
     storage.write_json(result_uri, manifest)
-    summary = {k: v for k, v in manifest.items() if k != "trials"}
     for trial in manifest["trials"]:
         if trial["error"]:
             say(f"trial {trial['trial_id']} errored: {trial['error']}")
-    say("result " + json.dumps(summary, default=str))
-    if manifest["num_terminated"] == 0:
-        say(f"experiment failed: all {manifest['num_errored']} trials errored")
-        return EXIT_FAILED
-    if manifest["num_errored"] and not spec.failure.tolerate_errored_trials:
-        say(f"experiment failed: {manifest['num_errored']} trials errored and failure.tolerate_errored_trials=false")
-        return EXIT_FAILED
-    if manifest["best_trial_id"] is None:
-        say(f"experiment failed: no trial reported the metric {spec.metric!r}; check the trainable's tune.report")
+    say("result " + json.dumps({k: v for k, v in manifest.items() if k != "trials"}, default=str))
+    if failure:
+        say(f"experiment failed: {failure}")
         return EXIT_FAILED
     return EXIT_OK
+
+
+def failure_reason(spec: ExperimentSpec, manifest: dict[str, Any]) -> str | None:
+    """Why a finished experiment counts as failed, or None when it succeeded."""
+    if manifest["num_terminated"] == 0:
+        return f"all {manifest['num_errored']} trials errored"
+    if manifest["num_errored"] and not spec.failure.tolerate_errored_trials:
+        return f"{manifest['num_errored']} trials errored and failure.tolerate_errored_trials=false"
+    if manifest["best_trial_id"] is None:
+        return f"no trial reported the metric {spec.metric!r}; check the trainable's tune.report"
+    return None
 
 
 def _trials_of(tuner: Any) -> list[Any] | None:

@@ -348,10 +348,11 @@ class RayTuneOperator(BaseOperator):
                     poll_interval=self.poll_interval,
                     deadline=self._deadline(context),
                     experiment_uri=spec.experiment_uri,
+                    log_interval=max(self.poll_interval, spec.progress_interval_s),
                 ),
                 method_name="execute_complete",
             )
-        status = self.wait_blocking(job_id)
+        status = self.wait_blocking(job_id, log_interval=max(self.poll_interval, spec.progress_interval_s))
         return self.complete(job_id, status, spec.experiment_uri)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -389,7 +390,7 @@ class RayTuneOperator(BaseOperator):
             self._remember_job(context, job_id)
             return job_id, None
         result = storage.read_json_or_none(f"{spec.manifest_dir_uri}/result.json")
-        if result is not None:
+        if result is not None and result.get("status", "succeeded") == "succeeded":
             job_id = result.get("job_id") or (jobs[0]["submission_id"] if jobs else None)
             return job_id, result
         if jobs:
@@ -439,14 +440,21 @@ class RayTuneOperator(BaseOperator):
         return started + seconds
 
     # -- waiting ------------------------------------------------------------------------------------------------
-    def wait_blocking(self, job_id: str) -> str:
-        """Poll until the job ends, printing the engine's progress lines into the task log."""
+    def wait_blocking(self, job_id: str, log_interval: float = 10.0) -> str:
+        """Poll until the job ends, printing the engine's progress lines into the task log.
+
+        :param log_interval: read the (whole) job log at most this often, and once more at the end.
+        """
         printed = 0
+        logs_read_at = float("-inf")
         while True:
             info = self.hook.get_job_info(job_id)
             status = str(info.get("status"))
-            printed = self._print_progress(job_id, printed)
-            if status in TERMINAL_STATUSES:
+            terminal = status in TERMINAL_STATUSES
+            if terminal or time.monotonic() - logs_read_at >= log_interval:
+                logs_read_at = time.monotonic()
+                printed = self._print_progress(job_id, printed)
+            if terminal:
                 return status
             time.sleep(self.poll_interval)
 

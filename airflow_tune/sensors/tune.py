@@ -107,6 +107,10 @@ class RayTuneSensor(BaseSensorOperator):
                 return PokeReturnValue(is_done=True, xcom_value=self._result(storage.read_json_or_none))
         elif self.experiment_uri:
             result = storage.read_json_or_none(f"{self.experiment_uri}/.airflow_tune/result.json")
+            if result is not None and result.get("status", "succeeded") != "succeeded":
+                raise RayJobError(
+                    f"experiment {self.experiment_uri} failed: {result.get('num_errored')} trials errored"
+                )
             if result is not None:
                 return PokeReturnValue(is_done=True, xcom_value=self._shape(result))
         if self.target is not None and self.experiment_uri:

@@ -30,6 +30,8 @@ class RayTuneTrigger(BaseTrigger):
         how the operator's ``execution_timeout`` is honoured while deferred.
     :param max_unreachable_s: how long the dashboard may stay unreachable before an ``error`` event fires.
     :param log_progress: copy the engine's progress lines into the task log.
+    :param log_interval: read the job log at most this often (and once more at the end); each read fetches the
+        whole log from the dashboard, so this bounds the trigger's own load on it.
     :param experiment_uri: the experiment's URI, passed on in the event (and where ``progress.json`` is read for
         ``target``).
     :param target: fire ``TARGET_REACHED`` once the experiment's best value reaches this (by ``mode``).
@@ -45,6 +47,7 @@ class RayTuneTrigger(BaseTrigger):
         deadline: float | None = None,
         max_unreachable_s: float = 120.0,
         log_progress: bool = True,
+        log_interval: float = 10.0,
         experiment_uri: str | None = None,
         target: float | None = None,
         mode: str | None = None,
@@ -56,6 +59,7 @@ class RayTuneTrigger(BaseTrigger):
         self.deadline = deadline
         self.max_unreachable_s = max_unreachable_s
         self.log_progress = log_progress
+        self.log_interval = log_interval
         self.experiment_uri = experiment_uri
         self.target = target
         self.mode = mode
@@ -70,6 +74,7 @@ class RayTuneTrigger(BaseTrigger):
                 "deadline": self.deadline,
                 "max_unreachable_s": self.max_unreachable_s,
                 "log_progress": self.log_progress,
+                "log_interval": self.log_interval,
                 "experiment_uri": self.experiment_uri,
                 "target": self.target,
                 "mode": self.mode,
@@ -82,6 +87,7 @@ class RayTuneTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
         printed = 0
+        logs_read_at = -math.inf
         unreachable_since: float | None = None
         while True:
             if self.deadline is not None and time.time() >= self.deadline:
@@ -105,9 +111,11 @@ class RayTuneTrigger(BaseTrigger):
                 yield self._event("error", "job not found")
                 return
             status = str(info.get("status"))
-            if self.log_progress:
+            terminal = status in TERMINAL_STATUSES
+            if self.log_progress and (terminal or time.monotonic() - logs_read_at >= self.log_interval):
+                logs_read_at = time.monotonic()
                 printed = await self._log_progress(hook, printed)
-            if status in TERMINAL_STATUSES:
+            if terminal:
                 yield self._event(status, info.get("message"))
                 return
             if self.target is not None and await self._target_reached():

@@ -163,3 +163,26 @@ def test_changed_space_of_an_interrupted_experiment_is_refused(stack, tmp_path):
     assert jobs.wait(stack, job_id, 60) == "FAILED"
     assert jobs.exit_code(stack, job_id) == 2
     assert "param_space/trainable differ" in jobs.logs(stack, job_id)
+
+
+def test_a_failed_experiment_is_not_a_result_and_a_rerun_retries_its_errored_trials(stack, tmp_path):
+    """All trials erroring fails the job and marks result.json failed; the rerun (an Airflow retry) resumes the
+    errored trials instead of handing back the failed manifest."""
+    spec = jobs.base_spec(
+        stack,
+        jobs.unique_name("fails-once"),
+        "tune_testkit.functions:fails_first_run",
+        param_space={"x": {"grid_search": [1, 2]}, "marker_dir": str(tmp_path)},
+    )
+    status, logs, manifest = jobs.run(stack, spec)
+    assert status == "FAILED", logs[-2000:]
+    assert "experiment failed: all 2 trials errored" in logs
+    assert manifest is not None and manifest["status"] == "failed" and manifest["num_errored"] == 2
+    assert "transient failure of x=1" in logs
+
+    status, logs, manifest = jobs.run(stack, spec)
+    assert status == "SUCCEEDED", logs[-2000:]
+    assert "restored experiment" in logs and "already finished" not in logs
+    assert manifest is not None and manifest["status"] == "succeeded"
+    assert manifest["num_terminated"] == 2 and manifest["num_errored"] == 0
+    assert manifest["best_config"]["x"] == 1 and manifest["best_metrics"]["loss"] == 0.0

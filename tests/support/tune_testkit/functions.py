@@ -97,3 +97,13 @@ def failing(config: dict) -> None:
 def with_kwargs(config: dict, offset: float = 0.0, data: list | None = None) -> None:
     _mark(config, "start", offset=offset, data=data)
     tune.report({"loss": abs(config["x"] - offset) + len(data or [])})
+
+
+def fails_first_run(config: dict) -> None:
+    """Errors on the experiment's first run (no ``armed`` file yet), succeeds on a rerun: a transient failure."""
+    flag = os.path.join(config["marker_dir"], f"armed-{config['x']}")
+    tune.report({"loss": float(config["x"])})
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        raise RuntimeError(f"transient failure of x={config['x']}")
+    tune.report({"loss": float(config["x"]) - 1.0})
