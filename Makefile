@@ -19,8 +19,8 @@ demo: venv
 	RAY_AUTH_MODE=disabled $(PY) demo/run.py
 
 lint: venv
-	$(VENV)/bin/ruff check airflow_tune tests dags benchmarks
-	$(VENV)/bin/ruff format --check airflow_tune tests dags benchmarks
+	$(VENV)/bin/ruff check airflow_tune tests dags benchmarks demo
+	$(VENV)/bin/ruff format --check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/mypy airflow_tune
 
 test: lint
