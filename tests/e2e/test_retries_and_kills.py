@@ -38,7 +38,7 @@ from tests.e2e.helpers import (
     stop_live_jobs,
     wait_for,
 )
-from tests.support.tune_testkit.airflow_cases import read_marks
+from tests.support.tune_testkit.markers import read_markers as read_marks
 
 pytestmark = pytest.mark.usefixtures("stack")
 

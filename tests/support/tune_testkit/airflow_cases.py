@@ -10,37 +10,10 @@ import json
 import os
 import tempfile
 import time
-import uuid
 
 from ray import tune
 
-
-def mark(config: dict, event: str, **data: object) -> None:
-    folder = config.get("marker_dir")
-    if not folder:
-        return
-    os.makedirs(folder, exist_ok=True)
-    record = {"event": event, "x": config.get("x"), "pid": os.getpid(), "time": time.time(), **data}
-    name = f"{event}-{config.get('x')}-{uuid.uuid4().hex[:8]}.json"
-    tmp = os.path.join(folder, "." + name)
-    with open(tmp, "w") as fh:
-        json.dump(record, fh)
-    os.replace(tmp, os.path.join(folder, name))
-
-
-def read_marks(folder: str, event: str | None = None) -> list[dict]:
-    """The markers in ``folder`` (optionally of one event), oldest first."""
-    if not os.path.isdir(folder):
-        return []
-    out = []
-    for name in os.listdir(folder):
-        if name.startswith(".") or not name.endswith(".json"):
-            continue
-        with open(os.path.join(folder, name)) as fh:
-            record = json.load(fh)
-        if event is None or record["event"] == event:
-            out.append(record)
-    return sorted(out, key=lambda r: r["time"])
+from .markers import mark
 
 
 def _per_x(config: dict, key: str, default: float) -> float:
