@@ -33,7 +33,7 @@ def follow(log_path: Path, stop: threading.Event, out) -> None:
             text = line[line.index("[airflow-tune]") + len("[airflow-tune] ") :].split(" [airflow")[0].rstrip()
             if text.startswith("result "):
                 continue
-            if " trials: " in text or " errored: " in text or text.startswith(("started", "restored", "deployed")):
+            if " trials: " in text or " errored: " in text or text.startswith(("started", "restored")):
                 print("   " + text, file=out, flush=True)
 
 
