@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import sys
 import tempfile
 
 from benchmarks import job_overhead, parse_cost, trigger_poll
 
 
 def main() -> None:
+    # A SIGTERM (Ctrl-C's sibling, a time-out) unwinds like Ctrl-C, so the stack is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     root = tempfile.mkdtemp(prefix="aft-bench-")
     os.environ["AIRFLOW_HOME"] = os.path.join(root, "airflow")
@@ -17,11 +22,14 @@ def main() -> None:
     print()
     from airflow_tune.local import LocalStack
 
-    with LocalStack(root, airflow=False) as state:
-        os.environ.update(state.env())
-        trigger_poll.main(state)
-        print()
-        job_overhead.main(state)
+    try:
+        with LocalStack(root, airflow=False) as state:
+            os.environ.update(state.env())
+            trigger_poll.main(state)
+            print()
+            job_overhead.main(state)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

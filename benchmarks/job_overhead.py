@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import tempfile
 import textwrap
 import time
 import uuid
@@ -71,7 +70,8 @@ def run_ours(state: Any) -> float:
 
 def run_plain(state: Any) -> float:
     name = f"bench-plain-{uuid.uuid4().hex[:8]}"
-    folder = Path(tempfile.mkdtemp(prefix="aft-bench-driver-"))
+    folder = Path(state.root) / "drivers" / name
+    folder.mkdir(parents=True)
     (folder / "driver.py").write_text(PLAIN_DRIVER.format(name=name, storage=state.storage_uri))
     return _run_job(
         "python driver.py", name, {"working_dir": str(folder), "py_modules": [str(TESTKIT / "tune_testkit")]}

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         if load_state(args.root) is not None:
             print(f"a stack is already up under {args.root}; run 'down' first", file=sys.stderr)
             return 1
-        stack = LocalStack(args.root, num_cpus=args.num_cpus)
+        stack = LocalStack(args.root, num_cpus=args.num_cpus, outlive_owner=True)
         try:
             state = stack.start()
         except StackError as exc:

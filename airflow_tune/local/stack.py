@@ -77,6 +77,19 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, w
     raise StackError(f"{what or url} did not answer at {url} within {timeout:.0f}s: {last}")
 
 
+def _stop_when_parent_dies() -> None:
+    """Runs in the child before exec: the kernel sends it SIGTERM when the process that started it dies.
+
+    ``ray start --block`` answers SIGTERM by stopping every Ray process it started, so a test run or demo killed
+    with SIGKILL (or a CI time-out) leaves no Ray head behind.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _descendants(pid: int) -> list[int]:
     import psutil
 
@@ -196,6 +209,8 @@ class LocalStack:
     :param bucket: the bucket created on the S3 endpoint.
     :param resources: custom resources the Ray head offers (for tests of custom resource requests).
     :param airflow: also prepare an Airflow home with a migrated sqlite database.
+    :param outlive_owner: keep the services running when this process exits (``up`` from the command line); by
+        default they are told to stop when their owner dies, however it dies (SIGKILL included).
     """
 
     STATE_FILE = "stack.json"
@@ -209,8 +224,10 @@ class LocalStack:
         resources: dict[str, float] | None = None,
         memory_bytes: int | None = None,
         airflow: bool = True,
+        outlive_owner: bool = False,
     ) -> None:
         self.root = Path(root).resolve()
+        self.outlive_owner = outlive_owner
         self.num_cpus = num_cpus
         self.bucket = bucket
         self.resources = resources or {}
@@ -290,6 +307,7 @@ class LocalStack:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
+            preexec_fn=None if self.outlive_owner else _stop_when_parent_dies,
         )
         log.close()
         self._procs.append(proc)

@@ -105,3 +105,41 @@ def test_cli_up_env_down(tmp_path):
         )
     assert down.returncode == 0 and "stopped" in down.stdout
     assert _alive(started) == set()
+
+
+def test_services_stop_when_their_owner_is_killed(tmp_path):
+    """A test run or demo killed with SIGKILL (or a CI time-out) leaves no Ray head or S3 endpoint behind."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import json, sys, time\n"
+        "from airflow_tune.local import LocalStack\n"
+        f"state = LocalStack({str(tmp_path / 's')!r}, airflow=False).start()\n"
+        "print(json.dumps([state.ray_pid, state.s3_pid]), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    started: set[int] = set()
+    try:
+        assert owner.stdout is not None
+        ray_pid, s3_pid = json.loads(owner.stdout.readline())
+        started = _tree(ray_pid) | _tree(s3_pid)
+        assert len(started) > 3
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while _alive(started) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _alive(started) == set()
+    finally:
+        from airflow_tune.local.stack import stop_process_tree
+
+        for pid in _alive(started):
+            stop_process_tree(pid, grace=2)
+        if owner.poll() is None:
+            owner.kill()
