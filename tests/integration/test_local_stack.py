@@ -120,14 +120,15 @@ def test_services_stop_when_their_owner_is_killed(tmp_path):
         "import json, sys, time\n"
         "from airflow_tune.local import LocalStack\n"
         f"state = LocalStack({str(tmp_path / 's')!r}, airflow=False).start()\n"
-        "print(json.dumps([state.ray_pid, state.s3_pid]), flush=True)\n"
+        "print(json.dumps([state.ray_pid, state.s3_pid, state.ray_temp_dir]), flush=True)\n"
         "time.sleep(600)\n"
     )
     owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
     started: set[int] = set()
+    ray_temp_dir = None
     try:
         assert owner.stdout is not None
-        ray_pid, s3_pid = json.loads(owner.stdout.readline())
+        ray_pid, s3_pid, ray_temp_dir = json.loads(owner.stdout.readline())
         started = _tree(ray_pid) | _tree(s3_pid)
         assert len(started) > 3
         os.kill(owner.pid, signal.SIGKILL)
@@ -143,3 +144,7 @@ def test_services_stop_when_their_owner_is_killed(tmp_path):
             stop_process_tree(pid, grace=2)
         if owner.poll() is None:
             owner.kill()
+        if ray_temp_dir:  # the owner died before it could remove it
+            import shutil
+
+            shutil.rmtree(ray_temp_dir, ignore_errors=True)
