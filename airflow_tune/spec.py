@@ -440,6 +440,25 @@ class ExperimentSpec:
 
 
 MANIFEST_DIR = ".airflow_tune"
+#: Lines the engine prints for the Airflow side (trial tables, trial errors, the result) start with this.
+LOG_MARK = "[airflow-tune] "
+
+
+def manifest_uri(experiment_uri: str, name: str) -> str:
+    """URI of one of the experiment's own files beside Tune's: ``spec.json``, ``progress.json``, ``result.json``."""
+    return join_uri(experiment_uri, MANIFEST_DIR, name)
+
+
+def result_succeeded(manifest: Mapping[str, Any]) -> bool:
+    """Whether a result manifest is a finished, successful experiment (a failed one is kept only for diagnosis)."""
+    return manifest.get("status", "succeeded") == "succeeded"
+
+
+def progress_lines(logs: str) -> list[str]:
+    """The engine's own lines of a job log."""
+    return [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
+
+
 _REQUIRED_FIX = {
     "trainable": 'give the import path of a function or Trainable class, e.g. "my_pkg.train:train_fn"',
     "name": "give an experiment name (the Airflow operator derives one from the task instance)",

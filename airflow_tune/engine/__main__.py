@@ -20,18 +20,17 @@ import traceback
 from typing import Any
 
 from airflow_tune import storage
-from airflow_tune.spec import ExperimentSpec, SpecError
+from airflow_tune.spec import LOG_MARK, ExperimentSpec, SpecError, manifest_uri, result_succeeded
 
 SPEC_ENV = "AIRFLOW_TUNE_SPEC"
 JOB_ID_ENV = "AIRFLOW_TUNE_JOB_ID"
 #: When set, the driver's last log line says whether anything imported airflow (the engine must not).
 DEBUG_IMPORTS_ENV = "AIRFLOW_TUNE_DEBUG_IMPORTS"
-MARK = "[airflow-tune] "
 EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def say(line: str) -> None:
-    print(MARK + line, flush=True)
+    print(LOG_MARK + line, flush=True)
 
 
 def load_spec(source: str | None) -> ExperimentSpec:
@@ -47,7 +46,7 @@ def load_spec(source: str | None) -> ExperimentSpec:
 def check_spec_unchanged(spec: ExperimentSpec) -> bool:
     """Refuse a spec whose search space differs from the one recorded for the same experiment (Tune cannot change it
     on restore, and a finished experiment's result answers another question). Return whether a spec was recorded."""
-    previous = storage.read_json_or_none(f"{spec.manifest_dir_uri}/spec.json")
+    previous = storage.read_json_or_none(manifest_uri(spec.experiment_uri, "spec.json"))
     if previous is None:
         return False
     before = ExperimentSpec.from_dict(previous).search_space_fingerprint()
@@ -61,15 +60,10 @@ def check_spec_unchanged(spec: ExperimentSpec) -> bool:
     return True
 
 
-def is_success(manifest: dict[str, Any]) -> bool:
-    """Whether a result manifest is a finished, successful experiment (older manifests carry no status)."""
-    return manifest.get("status", "succeeded") == "succeeded"
-
-
 def record_spec(spec: ExperimentSpec) -> None:
     """Keep the spec beside the experiment; refuse a changed search space on restore (Tune cannot change it)."""
     check_spec_unchanged(spec)
-    storage.write_json(f"{spec.manifest_dir_uri}/spec.json", spec.to_dict())
+    storage.write_json(manifest_uri(spec.experiment_uri, "spec.json"), spec.to_dict())
 
 
 def _forward_to_tune(signum: int, frame: Any) -> None:
@@ -87,10 +81,10 @@ def run(spec: ExperimentSpec) -> int:
     from airflow_tune.engine.build import build_tuner
     from airflow_tune.engine.progress import ProgressCallback, build_result_manifest
 
-    result_uri = f"{spec.manifest_dir_uri}/result.json"
+    result_uri = manifest_uri(spec.experiment_uri, "result.json")
     check_spec_unchanged(spec)
     existing = storage.read_json_or_none(result_uri)
-    if existing is not None and is_success(existing):
+    if existing is not None and result_succeeded(existing):
         say(f"experiment {spec.name} already finished; result at {result_uri}")
         say("result " + json.dumps({k: v for k, v in existing.items() if k != "trials"}, default=str))
         return EXIT_OK

@@ -17,12 +17,11 @@ from typing import Any
 from ray import tune
 
 from airflow_tune import storage
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.spec import LOG_MARK, ExperimentSpec, manifest_uri
 
 TOP_TRIALS = 10
 MAX_RUNNING_LISTED = 20
 TABLE_ROWS = 12
-PROGRESS_MARK = "[airflow-tune] "
 
 
 def _scalar(value: Any) -> bool:
@@ -64,7 +63,7 @@ class ProgressCallback(tune.Callback):
         self.out = out or sys.stdout
         self.clock = clock
         self.interval = spec.progress_interval_s
-        self.progress_uri = f"{spec.manifest_dir_uri}/progress.json"
+        self.progress_uri = manifest_uri(spec.experiment_uri, "progress.json")
         self._last_print = -math.inf
         self._last_write = -math.inf
         self._trials: list[Any] = []
@@ -110,31 +109,36 @@ class ProgressCallback(tune.Callback):
     def _tick(self, trials: list, *, force_write: bool = False, force_print: bool = False) -> None:
         self._trials = trials
         now = self.clock()
-        if force_print or now - self._last_print >= self.interval:
+        print_due = force_print or now - self._last_print >= self.interval
+        write_due = force_write or now - self._last_write >= self.interval
+        if not (print_due or write_due):
+            return
+        # One snapshot serves both outputs: it sorts every trial, which counts with thousands of them.
+        snap = progress_snapshot(self.spec, trials)
+        if print_due:
             self._last_print = now
-            self._emit_table(trials)
-        if force_write or now - self._last_write >= self.interval:
+            self._emit_table(trials, snap)
+        if write_due:
             self._last_write = now
-            self.write_progress(trials)
+            self.write_progress(trials, snap)
 
-    def write_progress(self, trials: list) -> None:
+    def write_progress(self, trials: list, snap: dict[str, Any] | None = None) -> None:
         try:
-            storage.write_json(self.progress_uri, progress_snapshot(self.spec, trials))
+            storage.write_json(self.progress_uri, snap or progress_snapshot(self.spec, trials))
             self.writes += 1
         except Exception as exc:  # progress is best effort; the experiment must not fail on it
             self._emit(f"could not write {self.progress_uri}: {exc}")
 
     def _emit(self, line: str) -> None:
-        print(PROGRESS_MARK + line, file=self.out, flush=True)
+        print(LOG_MARK + line, file=self.out, flush=True)
 
-    def _emit_table(self, trials: list) -> None:
-        snap = progress_snapshot(self.spec, trials)
+    def _emit_table(self, trials: list, snap: dict[str, Any]) -> None:
         counts = " ".join(f"{k}={v}" for k, v in sorted(snap["counts"].items()))
         best = snap["best"]
         best_text = f" best {self.spec.metric}={best['value']:.6g} ({best['trial_id']})" if best else ""
         lines = [f"{len(trials)} trials: {counts}{best_text}"]
         lines += format_trial_table(trials, self.spec.metric, self.spec.mode, TABLE_ROWS)
-        self._emit(("\n" + PROGRESS_MARK).join(lines))
+        self._emit(("\n" + LOG_MARK).join(lines))
         # A machine-readable line too, so a watcher of the log stream needs no storage access.
         self._emit("progress " + json.dumps({"counts": snap["counts"], "best": best}, default=str))
 

@@ -15,9 +15,15 @@ from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
 from airflow_tune.exceptions import RayJobError
-from airflow_tune.hooks.ray import RayHook
+from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
 from airflow_tune.links.ray import RayJobLink
-from airflow_tune.spec import ExperimentSpec, experiment_name_for
+from airflow_tune.spec import (
+    ExperimentSpec,
+    experiment_name_for,
+    manifest_uri,
+    progress_lines,
+    result_succeeded,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -39,11 +45,9 @@ RESULT_KEYS = (
     "dashboard_url",
 )
 LIVE_STATUSES = ("PENDING", "RUNNING")
-TERMINAL_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 METADATA_EXPERIMENT = "airflow_tune_experiment"
 METADATA_EXPERIMENT_URI = "airflow_tune_experiment_uri"
 STATE_JOB_ID = "ray_job_id"
-LOG_MARK = "[airflow-tune] "
 ENGINE_ENTRYPOINT = "python -m airflow_tune.engine"
 
 # Spec fields the operator passes through as they are (each is also a templated argument).
@@ -389,8 +393,8 @@ class RayTuneOperator(BaseOperator):
             self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
             self._remember_job(context, job_id)
             return job_id, None
-        result = storage.read_json_or_none(f"{spec.manifest_dir_uri}/result.json")
-        if result is not None and result.get("status", "succeeded") == "succeeded":
+        result = storage.read_json_or_none(manifest_uri(spec.experiment_uri, "result.json"))
+        if result is not None and result_succeeded(result):
             job_id = result.get("job_id") or (jobs[0]["submission_id"] if jobs else None)
             return job_id, result
         if jobs:
@@ -475,11 +479,10 @@ class RayTuneOperator(BaseOperator):
         from airflow_tune import storage
 
         if status == "SUCCEEDED":
-            result = storage.read_json_or_none(f"{experiment_uri}/.airflow_tune/result.json")
+            result_uri = manifest_uri(experiment_uri, "result.json")
+            result = storage.read_json_or_none(result_uri)
             if result is None:
-                raise RayJobError(
-                    f"Ray job {job_id} succeeded but wrote no result at {experiment_uri}/.airflow_tune/result.json"
-                )
+                raise RayJobError(f"Ray job {job_id} succeeded but wrote no result at {result_uri}")
             return self._xcom_result(result, job_id)
         raise RayJobError(self._failure_text(job_id, status, message))
 
@@ -494,7 +497,7 @@ class RayTuneOperator(BaseOperator):
         except Exception as exc:
             logs = f"(job logs unavailable: {exc})"
         tail = "\n".join(logs.strip().splitlines()[-40:])
-        trial_errors = [line for line in logs.splitlines() if " errored: " in line and LOG_MARK in line]
+        trial_errors = [line for line in progress_lines(logs) if " errored: " in line]
         parts = [f"Ray job {job_id} {status}: {message}".rstrip(": ")]
         if trial_errors:
             parts.append("Trial errors:\n" + "\n".join(trial_errors[-10:]))
@@ -514,11 +517,6 @@ class RayTuneOperator(BaseOperator):
             out["best_checkpoint_uri"],
         )
         return out
-
-
-def progress_lines(logs: str) -> list[str]:
-    """The engine's own lines of a job log (trial tables, trial errors, the result)."""
-    return [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
 
 
 def _parse_rendered(name: str, value: Any) -> Any:

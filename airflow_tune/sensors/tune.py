@@ -10,9 +10,10 @@ from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_tune.exceptions import RayJobError
-from airflow_tune.hooks.ray import RayHook
+from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
 from airflow_tune.links.ray import RayJobLink
-from airflow_tune.operators.tune import METADATA_EXPERIMENT_URI, RESULT_KEYS, TERMINAL_STATUSES
+from airflow_tune.operators.tune import METADATA_EXPERIMENT_URI, RESULT_KEYS
+from airflow_tune.spec import manifest_uri, result_succeeded
 from airflow_tune.triggers.tune import best_reaches
 
 if TYPE_CHECKING:
@@ -104,17 +105,17 @@ class RayTuneSensor(BaseSensorOperator):
             if status in ("FAILED", "STOPPED"):
                 raise RayJobError(self._failure(status))
             if status == "SUCCEEDED":
-                return PokeReturnValue(is_done=True, xcom_value=self._result(storage.read_json_or_none))
+                return PokeReturnValue(is_done=True, xcom_value=self._result())
         elif self.experiment_uri:
-            result = storage.read_json_or_none(f"{self.experiment_uri}/.airflow_tune/result.json")
-            if result is not None and result.get("status", "succeeded") != "succeeded":
+            result = storage.read_json_or_none(manifest_uri(self.experiment_uri, "result.json"))
+            if result is not None and not result_succeeded(result):
                 raise RayJobError(
                     f"experiment {self.experiment_uri} failed: {result.get('num_errored')} trials errored"
                 )
             if result is not None:
                 return PokeReturnValue(is_done=True, xcom_value=self._shape(result))
         if self.target is not None and self.experiment_uri:
-            progress = storage.read_json_or_none(f"{self.experiment_uri}/.airflow_tune/progress.json")
+            progress = storage.read_json_or_none(manifest_uri(self.experiment_uri, "progress.json"))
             if best_reaches(progress, self.target, self.target_mode):  # type: ignore[arg-type]
                 return PokeReturnValue(is_done=True, xcom_value=self._early(progress or {}))
         return False
@@ -124,19 +125,21 @@ class RayTuneSensor(BaseSensorOperator):
 
         status = event.get("status")
         if status == "SUCCEEDED":
-            return self._result(storage.read_json_or_none)
+            return self._result()
         if status == "TARGET_REACHED":
-            progress = storage.read_json_or_none(f"{self.experiment_uri}/.airflow_tune/progress.json")
+            progress = storage.read_json_or_none(manifest_uri(str(self.experiment_uri), "progress.json"))
             return self._early(progress or {})
         if status in TERMINAL_STATUSES:
             raise RayJobError(self._failure(str(status), event.get("message")))
         raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
 
-    def _result(self, read: Any) -> dict[str, Any]:
-        uri = self.experiment_uri or self._experiment_uri_of_job()
-        result = read(f"{uri}/.airflow_tune/result.json")
+    def _result(self) -> dict[str, Any]:
+        from airflow_tune import storage
+
+        result_uri = manifest_uri(self.experiment_uri or self._experiment_uri_of_job(), "result.json")
+        result = storage.read_json_or_none(result_uri)
         if result is None:
-            raise RayJobError(f"Ray job {self.job_id} succeeded but wrote no result under {uri}/.airflow_tune/")
+            raise RayJobError(f"Ray job {self.job_id} succeeded but wrote no result at {result_uri}")
         return self._shape(result)
 
     def _experiment_uri_of_job(self) -> str:

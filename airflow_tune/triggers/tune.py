@@ -10,10 +10,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tune.hooks.ray import RayHook
-
-TERMINAL_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
-LOG_MARK = "[airflow-tune] "
+from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
+from airflow_tune.spec import manifest_uri, progress_lines
 
 
 class RayTuneTrigger(BaseTrigger):
@@ -134,7 +132,7 @@ class RayTuneTrigger(BaseTrigger):
         except Exception as exc:
             self.log.debug("Could not read the job log: %s", exc)
             return printed
-        lines = [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
+        lines = progress_lines(logs)
         for line in lines[printed:]:
             self.log.info("%s", line)
         return len(lines)
@@ -160,7 +158,7 @@ class RayTuneTrigger(BaseTrigger):
 def _read_progress(experiment_uri: str) -> dict[str, Any] | None:
     from airflow_tune import storage
 
-    return storage.read_json_or_none(f"{experiment_uri}/.airflow_tune/progress.json")
+    return storage.read_json_or_none(manifest_uri(experiment_uri, "progress.json"))
 
 
 def best_reaches(progress: dict[str, Any] | None, target: float | None, mode: str | None) -> bool:

@@ -59,7 +59,7 @@ def _callback(clock: _Clock) -> tuple[progress.ProgressCallback, list]:
     out = io.StringIO()
     cb = progress.ProgressCallback(_spec(), out=out, clock=clock)
     written: list = []
-    cb.write_progress = lambda trials: written.append(len(trials))  # type: ignore[method-assign]
+    cb.write_progress = lambda trials, snap=None: written.append(len(trials))  # type: ignore[method-assign]
     return cb, written
 
 
