@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 DEFAULT_BUCKET = "airflow-tune"
@@ -158,7 +158,6 @@ class StackState:
     s3_port: int
     bucket: str
     airflow_home: str
-    pids_seen: list[int] = field(default_factory=list)
 
     @property
     def dashboard_url(self) -> str:
@@ -222,7 +221,6 @@ class LocalStack:
         num_cpus: int = 2,
         bucket: str = DEFAULT_BUCKET,
         resources: dict[str, float] | None = None,
-        memory_bytes: int | None = None,
         airflow: bool = True,
         outlive_owner: bool = False,
     ) -> None:
@@ -231,7 +229,6 @@ class LocalStack:
         self.num_cpus = num_cpus
         self.bucket = bucket
         self.resources = resources or {}
-        self.memory_bytes = memory_bytes
         self.airflow = airflow
         self.state: StackState | None = None
         self._procs: list[subprocess.Popen] = []
@@ -290,7 +287,6 @@ class LocalStack:
         self._procs.clear()
         if self.state is not None:
             shutil.rmtree(self.state.ray_temp_dir, ignore_errors=True)
-            self.state.pids_seen = stopped
         state_file = self.root / self.STATE_FILE
         if state_file.exists():
             state_file.unlink()
