@@ -32,8 +32,6 @@ def main(argv: list[str] | None = None) -> int:
         except StackError as exc:
             print(f"could not start the local stack: {exc}", file=sys.stderr)
             return 1
-        # Leave the children running: they live in their own sessions and 'down' stops them by id.
-        stack._procs.clear()
         print(f"Ray dashboard: {state.dashboard_url}")
         print(f"S3 endpoint:   {state.s3_endpoint} (bucket {state.bucket})")
         print(f"AIRFLOW_HOME:  {state.airflow_home}")
