@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in current.env().items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
-    print(f"Ray dashboard {state.dashboard_url} (pid {state.ray_pid}); S3 {state.s3_endpoint} (pid {state.s3_pid})")
+    print(f"Ray dashboard {current.dashboard_url} (pid {current.ray_pid})")
+    print(f"S3 endpoint   {current.s3_endpoint} (pid {current.s3_pid})")
     return 0
 
 
