@@ -59,6 +59,12 @@ def get_provider_info() -> dict[str, Any]:
                         "description": "JSON object of string values added to each job's metadata.",
                         "schema": {"type": ["object", "null"]},
                     },
+                    "allowed_code_references": {
+                        "label": "Allowed code references",
+                        "description": "Import-path patterns (e.g. my_models.*:*) that values rendered from Params, "
+                        "confs or XComs may name as trainable, factory or sample_from. Comma-separated.",
+                        "schema": {"type": ["string", "array", "null"]},
+                    },
                 },
             }
         ],
@@ -72,4 +78,21 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [{"integration-name": "Ray Tune", "python-modules": ["airflow_tune.sensors.tune"]}],
         "triggers": [{"integration-name": "Ray Tune", "python-modules": ["airflow_tune.triggers.tune"]}],
         "extra-links": ["airflow_tune.links.ray.RayJobLink"],
+        "config": {
+            "airflow_tune": {
+                "description": "Settings of the airflow-tune provider (Ray Tune on a Ray cluster).",
+                "options": {
+                    "allowed_code_references": {
+                        "description": "Import paths (fnmatch patterns such as my_models.*:* or pkg.mod:fn, "
+                        "comma-separated) that a value rendered from a template, a Param, a trigger conf or an XCom "
+                        "may name as a trainable, a scheduler or searcher factory or a sample_from function. Paths "
+                        "written in the DAG file need no entry. Empty: rendered values may name no code.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "my_models.*:*, shared.tuning:make_scheduler",
+                        "default": "",
+                    }
+                },
+            }
+        },
     }

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 SPEC_VERSION = 1
@@ -87,7 +87,7 @@ ERRORED_TRIAL_POLICIES = ("resume", "restart", "keep")
 BEST_SCOPES = ("last", "all", "last-5-avg", "last-10-avg", "avg")
 
 # ``\Z``, not ``$``: ``$`` also matches before a trailing newline, which would let "name\n" through.
-_IMPORT_PATH = re.compile(
+IMPORT_PATH = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 )
 _EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,199}\Z")
@@ -169,7 +169,7 @@ def _check_space(node: Any, path: str, errors: _Errors) -> None:
             if len(node) == 1:
                 (key,) = node.keys()
                 close = [p for p in PRIMITIVES if p.replace("_", "") == str(key).lower().replace("_", "")]
-                if close or str(key).lower() in ("normal", "lognormal", "loguniform_int", "sample", "eval"):
+                if close or str(key).lower() in ("normal", "lognormal", "loguniform_int", "sample"):
                     errors.add(
                         path,
                         node,
@@ -192,7 +192,7 @@ def _check_space(node: Any, path: str, errors: _Errors) -> None:
             errors.add(path, node, f"{name} needs a non-empty list of values", f'write {{"{name}": [v1, v2, ...]}}')
         return
     if name == "sample_from":
-        if not isinstance(args, str) or not _IMPORT_PATH.match(args):
+        if not isinstance(args, str) or not IMPORT_PATH.match(args):
             errors.add(
                 path,
                 node,
@@ -264,6 +264,117 @@ def _grids(node: Any, path: str) -> list[tuple[str, Any]]:
     if isinstance(node, Mapping) and primitive_of(node) is None:
         return [g for k, v in node.items() for g in _grids(v, f"{path}.{k}")]
     return []
+
+
+#: Ray Tune 2.60 runs a dict whose only key is ``"eval"`` as Python, at any depth of a config, a sampled ``choice``
+#: value or a point to evaluate (``ray/tune/search/variant_generator.py``, ``_try_resolve``: ``eval(v["eval"], ...)``).
+#: It is the only JSON form Tune turns into a call (``grid_search`` expands to values; ``Domain`` and callables cannot
+#: be written in JSON). No spec may carry it anywhere: a spec is data.
+TUNE_CODE_KEYS = frozenset({"eval"})
+
+
+def tune_code_nodes(value: Any, path: str) -> list[tuple[str, Any]]:
+    """Every node below ``value`` that Ray Tune would run as code (``{"eval": ...}``), with its path."""
+    found: list[tuple[str, Any]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, Mapping):
+            if len(node) == 1 and next(iter(node.keys())) in TUNE_CODE_KEYS:
+                found.append((where, node))
+                continue
+            stack.extend((f"{where}.{k}", v) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+    return sorted(found, key=lambda item: item[0])
+
+
+def non_finite_numbers(value: Any, path: str) -> list[tuple[str, float]]:
+    """Every NaN or infinite float below ``value``, with its path: strict JSON has no such numbers."""
+    found: list[tuple[str, float]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            found.append((where, node))
+        elif isinstance(node, Mapping):
+            stack.extend((f"{where}.{k}", v) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+    return sorted(found, key=lambda item: item[0])
+
+
+def _space_code_references(node: Any, path: str) -> list[tuple[str, str]]:
+    """The ``sample_from`` import paths of a search-space node, where the engine resolves them (not inside const)."""
+    name = primitive_of(node)
+    if name == "sample_from":
+        return [(path, node["sample_from"])] if isinstance(node["sample_from"], str) else []
+    if name == "const":
+        return []
+    if name in ("choice", "grid_search"):
+        values = node[name] if isinstance(node[name], list) else []
+        return [ref for i, v in enumerate(values) for ref in _space_code_references(v, f"{path}.{name}[{i}]")]
+    if name is not None:
+        return []
+    if isinstance(node, Mapping):
+        return [ref for k, v in node.items() for ref in _space_code_references(v, f"{path}.{k}")]
+    if isinstance(node, list):
+        return [ref for i, v in enumerate(node) for ref in _space_code_references(v, f"{path}[{i}]")]
+    return []
+
+
+def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """Every import path of a spec, with its field: the code the cluster imports and runs for this experiment.
+
+    ``trainable``, ``scheduler.factory``, ``search.factory`` and each ``sample_from`` in ``param_space`` or in PBT's
+    ``hyperparam_mutations``. Everything else in a spec is data.
+    """
+    refs: list[tuple[str, str]] = [("trainable", spec.trainable)]
+    if spec.scheduler.factory:
+        refs.append(("scheduler.factory", spec.scheduler.factory))
+    if spec.search.factory:
+        refs.append(("search.factory", spec.search.factory))
+    for key, node in spec.param_space.items():
+        refs += _space_code_references(node, f"param_space.{key}")
+    mutations = spec.scheduler.args.get("hyperparam_mutations") if isinstance(spec.scheduler.args, Mapping) else None
+    if isinstance(mutations, Mapping):
+        for key, node in mutations.items():
+            if not isinstance(node, list):  # a list of values is data; anything else is a search-space node
+                refs += _space_code_references(node, f"scheduler.args.hyperparam_mutations.{key}")
+    return refs
+
+
+_SCALAR_SCHEMA: dict[str, Any] = {"type": ["number", "string", "boolean", "null"]}
+
+
+def search_space_schema(primitives: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """A JSON schema of a flat search space: each parameter is one primitive with its exact arguments.
+
+    For trigger forms (Airflow ``Param``): values inside ``choice``/``grid_search`` are scalars, and no other key is
+    accepted anywhere, so a form cannot carry nested configs. The operator's own checks still apply to what passes.
+
+    :param primitives: the primitives to offer; by default every number primitive plus choice and grid_search.
+    """
+    numbers = {"type": "array", "items": {"type": "number"}}
+    offered = primitives or tuple(p for p in PRIMITIVES if p not in ("sample_from", "const"))
+    options = []
+    for name in offered:
+        if name not in PRIMITIVES or name in ("sample_from", "const"):
+            raise ValueError(f"primitive {name!r}: a form offers only {', '.join(PRIMITIVES)} minus sample_from/const")
+        low, high = PRIMITIVES[name]
+        if name in ("choice", "grid_search"):
+            args: dict[str, Any] = {"type": "array", "minItems": 1, "items": _SCALAR_SCHEMA}
+        else:
+            args = {**numbers, "minItems": low, "maxItems": high}
+        options.append(
+            {"type": "object", "properties": {name: args}, "required": [name], "additionalProperties": False}
+        )
+    return {
+        "type": "object",
+        "minProperties": 1,
+        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+        "additionalProperties": {"oneOf": options},
+    }
 
 
 # --- spec parts ---------------------------------------------------------------------------------------------------
@@ -422,7 +533,7 @@ class ExperimentSpec:
 
     def to_json(self, **kwargs: Any) -> str:
         kwargs.setdefault("sort_keys", True)
-        return json.dumps(self.to_dict(), **kwargs)
+        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)
 
     # -- derived --------------------------------------------------------------------------------------------------
     @property
@@ -503,7 +614,7 @@ def _field_list(cls: type) -> str:
 
 def _validate_fields(kw: dict[str, Any], errors: _Errors) -> None:
     trainable = kw.get("trainable")
-    if trainable is not None and (not isinstance(trainable, str) or not _IMPORT_PATH.match(trainable)):
+    if trainable is not None and (not isinstance(trainable, str) or not IMPORT_PATH.match(trainable)):
         errors.add(
             "trainable",
             trainable,
@@ -555,8 +666,11 @@ def _validate_fields(kw: dict[str, Any], errors: _Errors) -> None:
             errors.add("stop", stop, "must be an object of metric thresholds", 'write {"training_iteration": 10}')
         else:
             for k, v in stop.items():
-                if not _is_number(v):
-                    errors.add(f"stop.{k}", v, "must be a number", "give the value at which a trial stops")
+                # Tune stops a trial once result[k] >= v; a boolean such as {"done": True} works the same way.
+                if not (_is_number(v) or isinstance(v, bool)):
+                    errors.add(
+                        f"stop.{k}", v, "must be a number or true/false", "give the value at which a trial stops"
+                    )
     _check_scheduler(kw, errors)
     _check_search(kw, errors)
     ptes = kw.get("points_to_evaluate")
@@ -591,6 +705,31 @@ def _validate_fields(kw: dict[str, Any], errors: _Errors) -> None:
     version = kw.get("version", SPEC_VERSION)
     if not _is_int(version) or version != SPEC_VERSION:
         errors.add("version", version, "unsupported spec version", f"this engine reads version {SPEC_VERSION}")
+    _check_data_only(kw, errors)
+
+
+def _check_data_only(kw: dict[str, Any], errors: _Errors) -> None:
+    """A spec is strict JSON data: no node Tune runs as code and no NaN or infinity, in any field at any depth."""
+    for key, value in kw.items():
+        plain = asdict(value) if is_dataclass(value) and not isinstance(value, type) else value
+        for where, node in tune_code_nodes(plain, key):
+            errors.add(
+                where,
+                node,
+                'Ray Tune runs {"eval": ...} as Python code, so a spec never carries it',
+                "give a plain value, or a sample_from import path written in the DAG file",
+            )
+        for where, number in non_finite_numbers(plain, key):
+            named = {item.split(" = ", 1)[0] for item in errors.items}
+            # A field's own check may have named this number already (e.g. the bounds of a uniform).
+            if any(where[: m.start()] in named for m in re.finditer(r"[.\[]|$", where)):
+                continue
+            errors.add(
+                where,
+                number,
+                "not a finite number (strict JSON has no NaN or infinity)",
+                "give a finite number, or null or a string that the trainable converts",
+            )
 
 
 def _check_int(
@@ -653,7 +792,7 @@ def _check_scheduler(kw: dict[str, Any], errors: _Errors) -> None:
         errors.add("scheduler.args", sched.args, "must be a JSON object", "pass keyword arguments as {name: value}")
         return
     if sched.factory is not None:
-        if not isinstance(sched.factory, str) or not _IMPORT_PATH.match(sched.factory):
+        if not isinstance(sched.factory, str) or not IMPORT_PATH.match(sched.factory):
             errors.add("scheduler.factory", sched.factory, "not an import path", 'write "package.module:function"')
         return
     name = SCHEDULER_ALIASES.get(str(sched.name).lower(), str(sched.name).lower())
@@ -723,16 +862,27 @@ def _check_search(kw: dict[str, Any], errors: _Errors) -> None:
     if search.max_concurrent is not None and (not _is_int(search.max_concurrent) or search.max_concurrent < 1):
         errors.add("search.max_concurrent", search.max_concurrent, "must be an integer >= 1", "give e.g. 2, or null")
     if search.factory is not None:
-        if not isinstance(search.factory, str) or not _IMPORT_PATH.match(search.factory):
+        if not isinstance(search.factory, str) or not IMPORT_PATH.match(search.factory):
             errors.add("search.factory", search.factory, "not an import path", 'write "package.module:function"')
         return
     name = str(search.name).lower()
     if name not in SEARCHERS:
         errors.add("search.name", search.name, "unknown search algorithm", f"use one of {', '.join(SEARCHERS)}")
         return
-    for arg in ("metric", "mode", "space", "points_to_evaluate"):
+    for arg, field_name in (
+        ("metric", "metric"),
+        ("mode", "mode"),
+        ("space", "param_space"),
+        ("points_to_evaluate", "points_to_evaluate"),
+    ):
         if arg in search.args:
-            errors.add(f"search.args.{arg}", search.args[arg], "is set by the spec", f"set the spec's {arg} instead")
+            why = (
+                "a searcher's own space is not JSON (Optuna distributions, hyperopt hp objects); the spec's "
+                "param_space is converted for every searcher"
+                if arg == "space"
+                else "is set by the spec"
+            )
+            errors.add(f"search.args.{arg}", search.args[arg], why, f"set the spec's {field_name} instead")
     space = kw.get("param_space", {})
     if name not in ("random", "grid") and isinstance(space, Mapping):
         for path, node in _grids(space, "param_space"):

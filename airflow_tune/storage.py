@@ -81,7 +81,10 @@ def write_bytes(uri: str, data: bytes) -> None:
 
 
 def write_json(uri: str, data: Any) -> None:
-    write_bytes(uri, json.dumps(data, indent=1, sort_keys=True, default=str).encode())
+    """Write ``data`` as strict JSON (NaN and infinities as the strings "NaN", "Infinity", "-Infinity")."""
+    from airflow_tune import jsonsafe
+
+    write_bytes(uri, jsonsafe.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def list_files(uri: str) -> list[str]:

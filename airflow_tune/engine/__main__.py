@@ -11,7 +11,6 @@ The last log lines say why.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -19,7 +18,7 @@ import time
 import traceback
 from typing import Any
 
-from airflow_tune import storage
+from airflow_tune import jsonsafe, storage
 from airflow_tune.spec import LOG_MARK, ExperimentSpec, SpecError, manifest_uri, result_succeeded
 
 SPEC_ENV = "AIRFLOW_TUNE_SPEC"
@@ -86,7 +85,7 @@ def run(spec: ExperimentSpec) -> int:
     existing = storage.read_json_or_none(result_uri)
     if existing is not None and result_succeeded(existing):
         say(f"experiment {spec.name} already finished; result at {result_uri}")
-        say("result " + json.dumps({k: v for k, v in existing.items() if k != "trials"}, default=str))
+        say("result " + jsonsafe.dumps({k: v for k, v in existing.items() if k != "trials"}))
         return EXIT_OK
     record_spec(spec)
     ray.init(log_to_driver=True)
@@ -114,7 +113,7 @@ def run(spec: ExperimentSpec) -> int:
     for trial in manifest["trials"]:
         if trial["error"]:
             say(f"trial {trial['trial_id']} errored: {trial['error']}")
-    say("result " + json.dumps({k: v for k, v in manifest.items() if k != "trials"}, default=str))
+    say("result " + jsonsafe.dumps({k: v for k, v in manifest.items() if k != "trials"}))
     if failure:
         say(f"experiment failed: {failure}")
         return EXIT_FAILED

@@ -15,7 +15,7 @@ from ray import tune
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from airflow_tune import storage
-from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of
+from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
 
 
 class EngineError(RuntimeError):
@@ -49,6 +49,8 @@ def build_domain(node: Any) -> Any:
     name = primitive_of(node)
     if name is None:
         if isinstance(node, Mapping):
+            if tune_code_nodes(node, "node"):
+                refuse_tune_code({"node": node})
             return {k: build_domain(v) for k, v in node.items()}
         if isinstance(node, list):
             return [build_domain(v) for v in node]
@@ -316,8 +318,19 @@ def experiment_state_exists(spec: ExperimentSpec) -> bool:
     return bool(storage.glob_names(uri, "experiment_state-"))
 
 
+def refuse_tune_code(data: Mapping[str, Any]) -> None:
+    """Defence in depth: the spec's own checks refuse ``{"eval": ...}`` already; the engine refuses it again here,
+    before anything reaches Tune, whatever produced the spec."""
+    found = [where for key, value in data.items() for where, _ in tune_code_nodes(value, key)]
+    if found:
+        raise EngineError(
+            f'refusing to run the spec: {", ".join(found)} hold {{"eval": ...}}, which Ray Tune runs as Python code'
+        )
+
+
 def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner, bool]:
     """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored."""
+    refuse_tune_code(spec.to_dict())
     trainable = build_trainable(spec)
     if experiment_state_exists(spec):
         tuner = tune.Tuner.restore(

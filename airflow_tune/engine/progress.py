@@ -7,7 +7,6 @@ trial table at most every ``interval`` seconds, and rewrites ``progress.json`` a
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -16,7 +15,7 @@ from typing import Any
 
 from ray import tune
 
-from airflow_tune import storage
+from airflow_tune import jsonsafe, storage
 from airflow_tune.spec import LOG_MARK, ExperimentSpec, manifest_uri
 
 TOP_TRIALS = 10
@@ -48,11 +47,9 @@ def jsonable_metrics(result: dict[str, Any] | None, limit: int = 40) -> dict[str
 
 
 def jsonable(value: Any) -> Any:
-    """A JSON-safe copy of a config (domains and objects become their repr)."""
-    try:
-        return json.loads(json.dumps(value, default=repr, allow_nan=False))
-    except ValueError:
-        return json.loads(json.dumps(value, default=repr).replace("NaN", "null").replace("Infinity", "null"))
+    """A strict-JSON copy of a config or metrics: domains and objects become their repr, NaN and infinities the
+    strings "NaN", "Infinity" and "-Infinity" (see :mod:`airflow_tune.jsonsafe`)."""
+    return jsonsafe.strict(value)
 
 
 class ProgressCallback(tune.Callback):
@@ -140,7 +137,7 @@ class ProgressCallback(tune.Callback):
         lines += format_trial_table(trials, self.spec.metric, self.spec.mode, TABLE_ROWS)
         self._emit(("\n" + LOG_MARK).join(lines))
         # A machine-readable line too, so a watcher of the log stream needs no storage access.
-        self._emit("progress " + json.dumps({"counts": snap["counts"], "best": best}, default=str))
+        self._emit("progress " + jsonsafe.dumps({"counts": snap["counts"], "best": best}))
 
 
 def _error_line(trial: Any) -> str:
@@ -188,7 +185,7 @@ def format_trial_table(trials: list, metric: str, mode: str, rows: int) -> list[
     for t in shown:
         value = _metric_of(t, metric)
         it = (t.last_result or {}).get("training_iteration", "")
-        config = json.dumps(jsonable(t.config), sort_keys=True)
+        config = jsonsafe.dumps(t.config, sort_keys=True)
         if len(config) > 70:
             config = config[:67] + "..."
         shown_value = f"{value:.6g}" if value is not None else "-"

@@ -182,6 +182,15 @@ def _extra_dict(extra: Mapping[str, Any], name: str) -> dict[str, Any]:
     return value
 
 
+def _extra_patterns(extra: Mapping[str, Any]) -> tuple[str, ...]:
+    from airflow_tune.code import ALLOW_LIST_OPTION, parse_patterns
+
+    try:
+        return tuple(parse_patterns(_extra_value(extra, ALLOW_LIST_OPTION)))
+    except TypeError as exc:
+        raise RayConnectionError(f"The Ray connection's extra: {exc}") from None
+
+
 def _extra_verify(extra: Mapping[str, Any]) -> bool | str:
     value = _extra_value(extra, "verify")
     if value is None:
@@ -208,6 +217,8 @@ class RayEndpoint:
     :param verify: verify TLS (bool) or the path of a CA bundle.
     :param runtime_env: default runtime_env merged under each job's.
     :param metadata: default metadata added to each job's.
+    :param allowed_code_references: import-path patterns this deployment lets rendered values name (see
+        :mod:`airflow_tune.code`).
     """
 
     url: str
@@ -216,6 +227,7 @@ class RayEndpoint:
     verify: bool | str = True
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    allowed_code_references: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         # Headers and cookies carry credentials: show only their names.
@@ -249,6 +261,7 @@ class RayEndpoint:
             verify=_extra_verify(extra),
             runtime_env=_extra_dict(extra, "runtime_env"),
             metadata=stringify_metadata(_extra_dict(extra, "metadata")),
+            allowed_code_references=_extra_patterns(extra),
         )
 
 
@@ -487,6 +500,11 @@ class RayHook(BaseHook):
     def dashboard_url(self) -> str:
         """The dashboard base URL, e.g. ``http://127.0.0.1:8265``."""
         return self.endpoint.url
+
+    @property
+    def allowed_code_references(self) -> tuple[str, ...]:
+        """Import-path patterns the connection's extra ``allowed_code_references`` allow-lists."""
+        return self.endpoint.allowed_code_references
 
     def job_url(self, job_id: str) -> str:
         """The dashboard page of a job.

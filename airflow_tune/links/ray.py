@@ -31,6 +31,10 @@ class RayJobLink(BaseOperatorLink):
         :param job_url: the dashboard page of the job.
         """
         context["ti"].xcom_push(key=cls.key, value=job_url)
+        task = context.get("task")
+        if task is not None:
+            # The worker asks for the link again when the task ends; it need not read XCom back for that.
+            setattr(task, "ray_job_url", job_url)  # noqa: B010 - any task type, mapped ones too
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         """Return the stored job URL, or "" when the task has not submitted a job.
@@ -40,5 +44,11 @@ class RayJobLink(BaseOperatorLink):
         """
         from airflow.sdk.execution_time.xcom import XCom
 
+        known = getattr(operator, "ray_job_url", None)
+        if known:
+            return str(known)
+        if getattr(operator, "job_id", "unknown") is None:
+            # This try submitted no job (e.g. it failed on its arguments): no XCom to look for, nothing to link.
+            return ""
         value = XCom.get_value(key=self.key, ti_key=ti_key)
         return value if isinstance(value, str) else ""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator, SkipMixin
 
+from airflow_tune import jsonsafe
 from airflow_tune.exceptions import AirflowTuneException
 
 if TYPE_CHECKING:
@@ -203,7 +204,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         s3.put_object(
             Bucket=bucket,
             Key=f"{version_prefix}/model.json",
-            Body=json.dumps(model, indent=1, default=str).encode(),
+            Body=jsonsafe.dumps(model, indent=1).encode(),
             ContentType="application/json",
         )
         pointer = {
@@ -223,7 +224,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         s3.put_object(
             Bucket=bucket,
             Key=f"{prefix}/{CHAMPION_FILE}",
-            Body=json.dumps(pointer, indent=1, default=str).encode(),
+            Body=jsonsafe.dumps(pointer, indent=1).encode(),
             ContentType="application/json",
         )
         self.log.info("Promoted %s as version %s (%d objects): %s", source, version, len(copied), reason)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
 import time
 import uuid
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
+from airflow_tune import code
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
 from airflow_tune.links.ray import RayJobLink
@@ -73,23 +76,15 @@ _SPEC_FIELDS = (
     "best_scope",
     "progress_interval_s",
 )
+# How a rendered string becomes each field's value (a template always renders to a string unless the DAG sets
+# render_template_as_native_obj=True, which renders Python values).
 _STRING_FIELDS = {"trainable", "metric", "mode", "storage_path", "errored_trials", "best_scope"}
+_NUMBER_FIELDS = {"num_samples", "max_concurrent_trials", "time_budget_s", "progress_interval_s"}
+_BOOL_FIELDS = {"reuse_actors"}
+# A bare name ("asha", "optuna") or a "pkg.mod:factory" path is offered besides a JSON object.
+_NAME_OR_JSON_FIELDS = {"scheduler", "search"}
 # BaseOperator has its own "resources"; the spec's field is set from this argument.
 _SPEC_NAMES = {"resources_per_trial": "resources"}
-
-
-def trainable_path(trainable: str | Callable[..., Any] | type) -> str:
-    """``"module:qualname"`` of a function or Trainable class, which must be importable on the cluster too."""
-    if isinstance(trainable, str):
-        return trainable
-    module = getattr(trainable, "__module__", None)
-    qualname = getattr(trainable, "__qualname__", None)
-    if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname or module == "__main__":
-        raise TypeError(
-            f"trainable {trainable!r} cannot be shipped by import path: define it at module level in a module the "
-            'cluster can import (ship it with working_dir=/py_modules=), or pass "package.module:name"'
-        )
-    return f"{module}:{qualname}"
 
 
 def engine_package_dir() -> str:
@@ -105,8 +100,11 @@ class RayTuneOperator(BaseOperator):
     the Tuner from a validated JSON spec. Every try of a task instance works on the same experiment: a retry
     reattaches to a live job, returns the result of a finished one, or starts a job that restores the experiment.
 
-    :param trainable: a function or ``tune.Trainable`` subclass, or its import path ``"package.module:name"``;
-        the cluster must be able to import it (ship it with ``working_dir``/``py_modules``/``pip``).
+    :param trainable: a function or ``tune.Trainable`` subclass, or its import path ``"package.module:name"``.
+        An object the cluster cannot import by name (defined in the DAG file, a lambda, a closure) is pickled by
+        value with cloudpickle and travels with the job; what it imports from other modules must be importable on
+        the cluster. An import path must be importable on the cluster (ship it with ``py_modules``/``working_dir``/
+        ``pip``). Import paths are code: one that appears only after rendering is refused unless allow-listed.
     :param storage_path: where Tune keeps experiment state and checkpoints, e.g. ``s3://bucket/experiments``.
     :param metric: the metric the trainable reports and the search optimizes.
     :param mode: ``"min"`` or ``"max"``.
@@ -116,7 +114,8 @@ class RayTuneOperator(BaseOperator):
     :param reuse_actors: reuse Class API actors between trials (``reset_config``).
     :param time_budget_s: stop starting and running trials after this many seconds.
     :param stop: per-trial stop criteria, e.g. ``{"training_iteration": 10}``.
-    :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``.
+    :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``
+        (also ``"pkg.mod:fn"``).
     :param search: ``"optuna"`` or ``{"name": "optuna", "args": {...}, "max_concurrent": 2}``.
     :param points_to_evaluate: configs to try first.
     :param resources_per_trial: ``{"cpu": 1, "gpu": 0, "memory": bytes, "<custom>": n}``, or a list of
@@ -136,7 +135,8 @@ class RayTuneOperator(BaseOperator):
     :param py_modules: local packages or URIs shipped with the job.
     :param pip: pip requirements installed for the job.
     :param runtime_env: any other Ray runtime_env settings (merged; ``env_vars`` hold no secrets: they are
-        visible in the job's metadata).
+        visible in the job's metadata). ``working_dir``, ``py_modules``, ``pip`` and ``runtime_env`` decide what
+        code runs on the cluster, so they are not templated: write them in the DAG file.
     :param wait_for_completion: wait for the experiment (default); with False, return the job id and
         experiment URI at once for a :class:`~airflow_tune.sensors.tune.RayTuneSensor`.
     :param deferrable: wait in the triggerer instead of a worker slot.
@@ -145,15 +145,8 @@ class RayTuneOperator(BaseOperator):
     :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
     """
 
-    template_fields: Sequence[str] = (
-        *_SPEC_FIELDS,
-        "experiment_name",
-        "warm_start",
-        "working_dir",
-        "py_modules",
-        "pip",
-        "runtime_env",
-    )
+    # working_dir, py_modules, pip and runtime_env choose the code the cluster runs: never rendered.
+    template_fields: Sequence[str] = (*_SPEC_FIELDS, "experiment_name", "warm_start")
     template_fields_renderers = {
         "param_space": "json",
         "stop": "json",
@@ -164,7 +157,6 @@ class RayTuneOperator(BaseOperator):
         "checkpoint": "json",
         "failure": "json",
         "trainable_kwargs": "json",
-        "runtime_env": "json",
     }
     operator_extra_links = (RayJobLink(),)
     ui_color = "#d6ecfa"
@@ -207,7 +199,16 @@ class RayTuneOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.trainable = trainable
+        # Airflow calls any callable it finds in a template field, so an object stays out of ``trainable``.
+        self.trainable_object = None if isinstance(trainable, str) else trainable
+        self.trainable = trainable if isinstance(trainable, str) else code.describe(trainable)
+        # Import paths as the DAG file wrote them, before any rendering: only these (or allow-listed ones) may run.
+        self.literal_code_references = {
+            "trainable": code.literal_import_paths(trainable) if isinstance(trainable, str) else set(),
+            "param_space": code.literal_import_paths(param_space),
+            "scheduler": code.literal_import_paths(scheduler),
+            "search": code.literal_import_paths(search),
+        }
         self.storage_path = storage_path
         self.metric = metric
         self.mode = mode
@@ -247,21 +248,45 @@ class RayTuneOperator(BaseOperator):
 
     # -- spec ---------------------------------------------------------------------------------------------------
     def build_spec(self, context: Context) -> ExperimentSpec:
-        """The validated spec from the rendered arguments; raises ValueError naming each bad field."""
+        """The validated spec from the rendered arguments; raises ValueError naming each bad field.
+
+        Also refuses, before anything is submitted, every import path that came from rendering rather than from the
+        DAG file (unless the deployment allow-lists it).
+        """
         data: dict[str, Any] = {}
         for name in _SPEC_FIELDS:
             value = getattr(self, name)
             if name == "trainable":
-                value = trainable_path(value)
-            elif isinstance(value, str) and name not in _STRING_FIELDS:
-                value = _parse_rendered(name, value)
+                value = self.trainable_code.import_path if self.trainable_object is not None else value
+            else:
+                value = coerce_rendered(name, value)
             if value is not None:
                 data[_SPEC_NAMES.get(name, name)] = value
-        data["name"] = self.experiment_name or self.default_experiment_name(context)
+        data["name"] = coerce_rendered("experiment_name", self.experiment_name) or self.default_experiment_name(context)
         seed = self.warm_start_point(data.get("param_space") or {})
         if seed:
             data["points_to_evaluate"] = [seed, *(data.get("points_to_evaluate") or [])]
-        return ExperimentSpec.from_dict(data)
+        spec = ExperimentSpec.from_dict(data)
+        self.check_code_references(spec)
+        return spec
+
+    @cached_property
+    def trainable_code(self) -> code.TrainableCode:
+        """How the trainable object travels: by import path, or pickled by value (cached: pickled once)."""
+        return code.trainable_code(self.trainable_object)
+
+    def check_code_references(self, spec: ExperimentSpec) -> None:
+        """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists."""
+        literal = {k: set(v) for k, v in self.literal_code_references.items()}
+        if self.trainable_object is not None:
+            literal["trainable"].add(self.trainable_code.import_path)
+        refused = code.unapproved_references(spec, literal)
+        if refused:
+            # Only now read the allow-list: a spec of literal paths needs no connection lookup.
+            patterns = code.allowed_patterns(self.hook.allowed_code_references)
+            refused = code.unapproved_references(spec, literal, patterns)
+        if refused:
+            raise code.refusal(refused)
 
     def warm_start_point(self, param_space: dict[str, Any]) -> dict[str, Any] | None:
         """The warm-start config restricted to the sampled keys of the search space, or None."""
@@ -279,7 +304,7 @@ class RayTuneOperator(BaseOperator):
                 return None
             config = champion.get("config")
         else:
-            config = _parse_rendered("warm_start", self.warm_start)
+            config = coerce_rendered("warm_start", self.warm_start)
         if not config:
             return None
         if not isinstance(config, dict):
@@ -297,12 +322,13 @@ class RayTuneOperator(BaseOperator):
         map_index = getattr(ti, "map_index", -1)
         return experiment_name_for(ti.dag_id, ti.task_id, context["run_id"], -1 if map_index is None else map_index)
 
-    def build_runtime_env(self, spec: ExperimentSpec, job_id: str) -> dict[str, Any]:
-        runtime_env = _parse_rendered("runtime_env", self.runtime_env) if self.runtime_env else {}
+    def build_runtime_env(self, spec: ExperimentSpec, job_id: str, shipped_dirs: Sequence[str] = ()) -> dict[str, Any]:
+        runtime_env = coerce_rendered("runtime_env", self.runtime_env) if self.runtime_env else {}
         if not isinstance(runtime_env, dict):
             raise TypeError(f"runtime_env must be a dict, got {type(runtime_env).__name__}")
         runtime_env = dict(runtime_env)
         py_modules = list(runtime_env.pop("py_modules", None) or []) + list(self.py_modules or [])
+        py_modules = [*shipped_dirs, *py_modules]
         if self.ship_engine:
             py_modules.insert(0, engine_package_dir())
         if py_modules:
@@ -415,12 +441,17 @@ class RayTuneOperator(BaseOperator):
             "airflow_map_index": str(getattr(ti, "map_index", -1)),
             "airflow_try_number": str(getattr(ti, "try_number", "")),
         }
-        self.hook.submit_job(
-            entrypoint=ENGINE_ENTRYPOINT,
-            submission_id=job_id,
-            runtime_env=self.build_runtime_env(spec, job_id),
-            metadata=metadata,
-        )
+        with contextlib.ExitStack() as stack:
+            shipped = []
+            if self.trainable_object is not None and self.trainable_code.by_value:
+                shipped.append(stack.enter_context(code.shipped_package(self.trainable_code)))
+                self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
+            self.hook.submit_job(
+                entrypoint=ENGINE_ENTRYPOINT,
+                submission_id=job_id,
+                runtime_env=self.build_runtime_env(spec, job_id, shipped),
+                metadata=metadata,
+            )
         self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
         self._remember_job(context, job_id)
         return job_id, None
@@ -519,14 +550,54 @@ class RayTuneOperator(BaseOperator):
         return out
 
 
-def _parse_rendered(name: str, value: Any) -> Any:
-    """Templates render to strings; JSON-valued arguments given as (rendered) strings are parsed."""
+def coerce_rendered(name: str, value: Any) -> Any:
+    """One argument's value from what rendering gave: a Python value as it is; a string read by the field's kind.
+
+    A template renders to a string unless the DAG sets ``render_template_as_native_obj=True``. JSON is read (e.g.
+    ``'{{ params.space | tojson }}'``), and so is the Python literal ``'{{ params.space }}'`` renders (read with
+    :func:`ast.literal_eval`, which builds values only, never runs code). Bare names stay names where the field offers
+    them (``scheduler="asha"``).
+    """
     if not isinstance(value, str):
         return value
+    text = value.strip()
+    if name in _STRING_FIELDS or name == "experiment_name":
+        # '{{ params.mode | tojson }}' renders the JSON string '"max"'; a name or path never starts with a quote.
+        if len(text) >= 2 and text[0] == text[-1] == '"':
+            try:
+                decoded = json.loads(text)
+            except json.JSONDecodeError:
+                return value
+            return decoded if isinstance(decoded, str) else value
+        return value
+    if name in _NAME_OR_JSON_FIELDS and text and text[0] not in "{[\"'":
+        return text
+    if name in _BOOL_FIELDS and text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    if text in ("", "None", "null") and name not in _BOOL_FIELDS:
+        return None
     try:
-        return json.loads(value)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
+        json_error = exc
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise ValueError(
-            f"{name} = {value[:80]!r}: not valid JSON after rendering ({exc}); render a JSON value, e.g. with "
+            f"{name} = {text[:80]!r}: not valid JSON after rendering ({json_error}); render a JSON value, e.g. with "
             "'{{ params.x | tojson }}', or set render_template_as_native_obj=True on the DAG"
         ) from None
+    return _json_shaped(name, parsed)
+
+
+def _json_shaped(name: str, value: Any) -> Any:
+    """A Python literal as the JSON value it stands for (tuples become lists); refuse what JSON cannot hold."""
+    if isinstance(value, (tuple, list)):
+        return [_json_shaped(name, v) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise ValueError(f"{name}: keys must be strings, got {sorted(map(repr, value))[:5]}")
+        return {k: _json_shaped(name, v) for k, v in value.items()}
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise ValueError(f"{name}: {type(value).__name__} values cannot be part of a spec; use JSON values")

@@ -1,0 +1,262 @@
+"""What counts as code in an experiment, and where it may come from (the Airflow side's security rule).
+
+Who may trigger a DAG and who may write one are different roles in Airflow. Anything that reaches the operator
+through rendering (a template, a Param, a trigger conf, an XCom, a macro) is data. Code is what the cluster imports
+and runs: the trainable, a scheduler or searcher factory, a ``sample_from`` function. An import path is accepted only
+when it was written in the DAG file, that is, present in the operator's arguments before rendering, or when the
+deployment allow-lists it (the ``[airflow_tune] allowed_code_references`` option or the ``ray`` connection's extra
+of the same name; no DAG run can change either).
+
+A trainable passed as a Python object is code the DAG author wrote. When the cluster cannot import it by name (it
+lives in the DAG file, which Airflow loads under a generated module name, or it is a lambda or a closure), it is
+pickled by value with cloudpickle and travels with the job as a small generated package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import importlib.machinery
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_tune.spec import IMPORT_PATH
+
+if TYPE_CHECKING:
+    from airflow_tune.spec import ExperimentSpec
+
+#: Operator arguments whose import paths the cluster runs, and the spec fields each one fills.
+CODE_ARGUMENTS = ("trainable", "param_space", "scheduler", "search")
+ALLOW_LIST_OPTION = "allowed_code_references"
+CONFIG_SECTION = "airflow_tune"
+#: The package a by-value trainable travels in (a folder in the job's ``py_modules``).
+SHIPPED_PACKAGE = "airflow_tune_shipped"
+_PICKLE_FILE = "trainable.pkl"
+_JINJA_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
+_QUOTED = re.compile(r"\"([^\"\x00]*)\"|'([^'\x00]*)'")
+
+
+class CodeReferenceError(ValueError):
+    """An import path that did not come from the DAG file or the deployment's allow-list."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"refused {len(problems)} code reference{'s' if len(problems) > 1 else ''} that came from rendering "
+            f"(a Param, a trigger conf, an XCom or a macro); import paths are code:\n{lines}\n"
+            "Write the import path in the DAG file, or have the deployment allow-list it: "
+            f"[{CONFIG_SECTION}] {ALLOW_LIST_OPTION} in airflow.cfg, or the ray connection's extra "
+            f'"{ALLOW_LIST_OPTION}" (patterns such as "my_models.*:*").'
+        )
+
+    def __reduce__(self) -> tuple[type[CodeReferenceError], tuple[list[str]]]:
+        return (type(self), (self.problems,))
+
+
+# -- literal import paths -----------------------------------------------------------------------------------------
+def literal_import_paths(value: Any) -> set[str]:
+    """Import paths written literally in an argument as the DAG file gives it (before any rendering).
+
+    A whole string that is an import path counts, and so does a quoted one inside a JSON string, outside any Jinja
+    block. Text a template renders is not looked at: it is data. Each Jinja block is cut out with a separator that
+    cannot join the text on its two sides into one path.
+    """
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if IMPORT_PATH.match(node) and not _JINJA_BLOCK.search(node):
+                found.add(node)
+            literal_text = _JINJA_BLOCK.sub("\x00", node)
+            for match in _QUOTED.finditer(literal_text):
+                token = match.group(1) if match.group(1) is not None else match.group(2)
+                if IMPORT_PATH.match(token):
+                    found.add(token)
+        elif isinstance(node, Mapping):
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return found
+
+
+def argument_of(field_path: str) -> str:
+    """The operator argument a spec field comes from (``scheduler.factory`` -> ``scheduler``)."""
+    head = re.split(r"[.\[]", field_path, maxsplit=1)[0]
+    return head if head in CODE_ARGUMENTS else field_path
+
+
+def allowed_patterns(connection_patterns: Iterable[str] = ()) -> list[str]:
+    """The deployment's allow-list: the Airflow config option plus the ``ray`` connection's extra."""
+    from airflow.configuration import conf
+
+    configured = conf.get(CONFIG_SECTION, ALLOW_LIST_OPTION, fallback="") or ""
+    return [p.strip() for p in [*configured.split(","), *connection_patterns] if p and p.strip()]
+
+
+def parse_patterns(value: Any) -> list[str]:
+    """Allow-list patterns from a connection extra: a list, or a comma-separated string."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [p.strip() for p in value.split(",") if p.strip()]
+    if isinstance(value, (list, tuple)) and all(isinstance(p, str) for p in value):
+        return [p.strip() for p in value if p.strip()]
+    raise TypeError(f"{ALLOW_LIST_OPTION} must be a list of patterns or a comma-separated string, got {value!r}")
+
+
+def unapproved_references(
+    spec: ExperimentSpec, literal: Mapping[str, set[str]], patterns: Iterable[str] = ()
+) -> list[tuple[str, str]]:
+    """The (field, import path) pairs of ``spec`` that neither the DAG file wrote nor the allow-list admits."""
+    from airflow_tune.spec import code_references
+
+    patterns = list(patterns)
+    refused = []
+    for field_path, path in code_references(spec):
+        if path in literal.get(argument_of(field_path), set()):
+            continue
+        if any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns):
+            continue
+        refused.append((field_path, path))
+    return refused
+
+
+def refusal(refused: list[tuple[str, str]]) -> CodeReferenceError:
+    return CodeReferenceError(
+        [f"{field_path} = {path!r}: not written in the DAG file and not allow-listed" for field_path, path in refused]
+    )
+
+
+# -- trainables given as objects ------------------------------------------------------------------------------------
+def _importable_by_name(module_name: str) -> bool:
+    """Whether ``module_name`` names a module on the path, not just one in ``sys.modules`` under a made-up name.
+
+    Airflow loads each DAG file as ``unusual_prefix_<hash>_<file>``; such a module is in ``sys.modules`` (so
+    ``importlib.util.find_spec`` finds it) but no other process can import it by that name.
+    """
+    if module_name == "__main__":
+        return False
+    top = module_name.partition(".")[0]
+    if top in sys.builtin_module_names:
+        return True
+    try:
+        return importlib.machinery.PathFinder.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class TrainableCode:
+    """How a trainable given as a Python object reaches the cluster.
+
+    :param source: ``module:qualname`` as the DAG file has it, for messages and the UI.
+    :param import_path: the path the engine imports: the object's own, or the shipped package's.
+    :param payload: the cloudpickle bytes when shipped by value, else None.
+    """
+
+    source: str
+    import_path: str
+    payload: bytes | None = None
+
+    @property
+    def by_value(self) -> bool:
+        return self.payload is not None
+
+
+def describe(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def trainable_code(obj: Any) -> TrainableCode:
+    """Decide how ``obj`` travels: by import path when the cluster can import it by name, else by value.
+
+    :raises TypeError: ``obj`` is not a function or class, or cloudpickle cannot pickle it.
+    """
+    if not callable(obj):
+        raise TypeError(
+            f"trainable = {obj!r}: give a function, a tune.Trainable subclass, or an import path 'package.module:name'"
+        )
+    source = describe(obj)
+    module_name = getattr(obj, "__module__", None) or ""
+    qualname = getattr(obj, "__qualname__", "") or ""
+    nested = "<locals>" in qualname or "<lambda>" in qualname
+    if module_name and not nested and _importable_by_name(module_name):
+        return TrainableCode(source=source, import_path=f"{module_name}:{qualname}")
+    payload = _pickle_by_value(obj, module_name, source)
+    name = getattr(obj, "__name__", "")
+    attr = name if name.isidentifier() and not name.startswith("_") else "trainable"
+    return TrainableCode(source=source, import_path=f"{SHIPPED_PACKAGE}:{attr}", payload=payload)
+
+
+def _pickle_by_value(obj: Any, module_name: str, source: str) -> bytes:
+    from ray import cloudpickle
+
+    module = sys.modules.get(module_name)
+    register = module is not None and module_name != "__main__" and not _importable_by_name(module_name)
+    if register:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return bytes(cloudpickle.dumps(obj))
+    except Exception as exc:
+        raise TypeError(
+            f"trainable {source} cannot be pickled to ship it with the job ({type(exc).__name__}: {exc}); it "
+            "probably holds something that cannot travel (a lock, a connection, the DAG itself). Define it at module "
+            "level without such references, or put it in a module shipped with py_modules= and pass "
+            "'package.module:name'"
+        ) from exc
+    finally:
+        if register:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+_SHIPPED_INIT = '''"""A trainable from an Airflow DAG file, shipped by value by airflow-tune. Generated for one job."""
+
+import pickle
+import sys
+from pathlib import Path
+
+SOURCE = {source!r}
+PICKLED_ON = {python!r}
+
+if tuple(sys.version_info[:2]) != tuple(PICKLED_ON):
+    raise ImportError(
+        f"the trainable {{SOURCE}} was pickled by value on Python {{PICKLED_ON[0]}}.{{PICKLED_ON[1]}} (the Airflow "
+        f"worker) and this Ray node runs Python {{sys.version_info[0]}}.{{sys.version_info[1]}}: run the same Python "
+        "minor version on both sides, or ship the trainable by import path (trainable='package.module:name' with "
+        "py_modules=)"
+    )
+
+{attr} = pickle.loads((Path(__file__).parent / {pickle_file!r}).read_bytes())
+'''
+
+
+@contextlib.contextmanager
+def shipped_package(code: TrainableCode) -> Iterator[str]:
+    """A folder holding the by-value trainable as the package :data:`SHIPPED_PACKAGE`, for ``py_modules``.
+
+    The folder exists only while the job is submitted (Ray uploads it then); it is removed on exit.
+    """
+    if code.payload is None:
+        raise ValueError(f"{code.source} is shipped by import path, not by value")
+    root = Path(tempfile.mkdtemp(prefix="aft-shipped-"))
+    try:
+        package = root / SHIPPED_PACKAGE
+        package.mkdir()
+        (package / _PICKLE_FILE).write_bytes(code.payload)
+        attr = code.import_path.partition(":")[2]
+        (package / "__init__.py").write_text(
+            _SHIPPED_INIT.format(
+                source=code.source, python=list(sys.version_info[:2]), attr=attr, pickle_file=_PICKLE_FILE
+            )
+        )
+        yield str(package)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
