@@ -1,12 +1,15 @@
 """``python -m airflow_tune.local up|down|env|status [--root DIR]``: the local stack from a shell.
 
 ``up`` starts the stack and returns; ``eval "$(python -m airflow_tune.local env)"`` points a shell at it
-(Ray Jobs, S3 and an AIRFLOW_HOME with a ``ray_default`` connection); ``down`` stops exactly what ``up`` started.
+(Ray Jobs, S3, an AIRFLOW_HOME with a ``ray_default`` connection, and the DAGs folder that ``dag.test()`` runs DAG
+files from: ``--dags-folder``, by default ``./dags`` when it exists, else the current folder); ``down`` stops exactly
+what ``up`` started.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -20,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down", "env", "status"])
     parser.add_argument("--root", default=DEFAULT_ROOT, help="folder for the stack's state (default: .stack)")
     parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument(
+        "--dags-folder",
+        help="env: the folder of your DAG files; dag.test() runs only DAGs inside the DAGs folder "
+        "(default: ./dags if it exists, else the current folder)",
+    )
     args = parser.parse_args(argv)
 
     if args.command == "up":
@@ -46,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no stack is up under {args.root}", file=sys.stderr)
         return 1
     if args.command == "env":
-        for key, value in current.env().items():
+        dags_folder = args.dags_folder or ("dags" if os.path.isdir("dags") else ".")
+        # dag.test() syncs the DAGs folder to the database and refuses a DAG that is not in it.
+        env = {**current.env(), "AIRFLOW__CORE__DAGS_FOLDER": os.path.abspath(dags_folder)}
+        for key, value in env.items():
             print(f"export {key}={shlex.quote(value)}")
         return 0
     print(f"Ray dashboard {current.dashboard_url} (pid {current.ray_pid})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 
 import psutil
@@ -96,6 +97,7 @@ def test_cli_up_env_down(tmp_path):
         assert "AIRFLOW_CONN_RAY_DEFAULT=" in env.stdout
         started = _tree(state.ray_pid) | _tree(state.s3_pid)
         _serves(state)
+        _users_own_dag_test_runs_after_eval_env(root, tmp_path)
     finally:
         down = subprocess.run(
             [sys.executable, "-m", "airflow_tune.local", "down", "--root", root],
@@ -105,6 +107,48 @@ def test_cli_up_env_down(tmp_path):
         )
     assert down.returncode == 0 and "stopped" in down.stdout
     assert _alive(started) == set()
+
+
+USER_DAG = """
+import os
+from airflow.sdk import DAG
+from airflow_tune.operators.tune import RayTuneOperator
+
+def train(config):
+    return {"loss": (config["x"] - 2) ** 2}
+
+with DAG("my_first_tuning", schedule=None) as dag:
+    RayTuneOperator(
+        task_id="tune",
+        trainable=train,
+        storage_path=os.environ["AIRFLOW_TUNE_STORAGE_URI"],
+        metric="loss",
+        mode="min",
+        param_space={"x": {"grid_search": [1, 2, 3]}},
+        poll_interval=0.5,
+    )
+
+if __name__ == "__main__":
+    run = dag.test()
+    print("RUN_STATE", run.state)
+"""
+
+
+def _users_own_dag_test_runs_after_eval_env(root: str, tmp_path) -> None:
+    """The README's path: ``eval "$(python -m airflow_tune.local env)"``, then a user's DAG file runs dag.test()."""
+    import subprocess
+    import sys
+
+    project = tmp_path / "my_project"
+    (project / "dags").mkdir(parents=True)
+    (project / "dags" / "my_first_dag.py").write_text(USER_DAG)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_"))}
+    script = (
+        f'eval "$({sys.executable} -m airflow_tune.local env --root {root})" && {sys.executable} dags/my_first_dag.py'
+    )
+    out = subprocess.run(["bash", "-c", script], cwd=project, env=clean, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, (out.stdout[-3000:], out.stderr[-3000:])
+    assert "RUN_STATE success" in out.stdout, (out.stdout[-3000:], out.stderr[-3000:])
 
 
 def test_services_stop_when_their_owner_is_killed(tmp_path):
