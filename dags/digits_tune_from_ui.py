@@ -1,6 +1,9 @@
 """Tune from the Airflow UI's trigger form: the search space, budget and metric are Params checked by JSON schema.
 
 Uses the Class API trainable (SGD, one pass per step, checkpoints every 2 steps and at the end).
+
+Whoever may trigger this DAG chooses data only: the schema admits one primitive per parameter with scalar values, and
+the operator refuses anything Ray Tune would run as code and any import path the DAG file did not write.
 """
 
 from __future__ import annotations
@@ -10,15 +13,12 @@ from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
+from airflow_tune.spec import search_space_schema
 
-PRIMITIVE_SCHEMA = {
-    "type": "object",
-    "minProperties": 1,
-    "maxProperties": 1,
-    "propertyNames": {
-        "enum": ["uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "choice", "grid_search"]
-    },
-}
+# Each parameter is one primitive with its exact arguments; choice and grid_search values are scalars.
+SEARCH_SPACE_SCHEMA = search_space_schema(
+    ("uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "choice", "grid_search")
+)
 
 with DAG(
     dag_id="digits_tune_from_ui",
@@ -29,10 +29,8 @@ with DAG(
     params={
         "search_space": Param(
             {"alpha": {"loguniform": [1e-6, 1e-2]}, "eta0": {"loguniform": [1e-3, 1e-1]}},
-            type="object",
             description='Search space: each parameter is one primitive, e.g. {"alpha": {"loguniform": [1e-6, 0.01]}}',
-            additionalProperties=PRIMITIVE_SCHEMA,
-            minProperties=1,
+            **SEARCH_SPACE_SCHEMA,
         ),
         "num_samples": Param(4, type="integer", minimum=1, maximum=64, description="Trials to run"),
         "max_steps": Param(6, type="integer", minimum=1, maximum=100, description="Passes over the data per trial"),

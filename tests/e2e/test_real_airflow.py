@@ -131,6 +131,19 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str,
     detail = unknown_primitive.json()["detail"]
     print(f"refused an unknown primitive: {detail}")
     assert "Invalid input for param search_space" in detail and "gaussian" in detail, detail
+
+    # Code hidden where the old schema did not look: inside a choice, or beside a primitive's arguments.
+    marker = airflow.home / "pwned"
+    payload = {"eval": f"__import__('pathlib').Path({str(marker)!r}).touch()"}
+    for space in (
+        {"alpha": {"choice": [0.001, payload]}},
+        {"alpha": {"choice": [[payload]]}},
+        {"alpha": {"loguniform": [1e-5, 1e-2], "eval": payload["eval"]}},
+        {"eval": payload["eval"]},
+    ):
+        hostile = api.trigger(UI_DAG, {**GOOD_CONF, "search_space": space})
+        assert hostile.status_code == 400, (space, hostile.text)
+        assert "Invalid input for param search_space" in hostile.json()["detail"], hostile.text
     assert api.dag_runs(UI_DAG) == [], "a refused conf created a dag run"
 
     # 2. Unpause both DAGs and trigger the UI DAG as its form does.
@@ -221,3 +234,4 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str,
     served = api.xcom(DEPLOY_DAG, deploy_id, "deploy_champion")["value"]
     assert served["version"] == promoted["version"], (served, promoted)
     assert served["holdout_accuracy"] > 0.5, served
+    assert not marker.exists(), "a refused conf's payload ran"

@@ -394,3 +394,30 @@ def test_importing_the_airflow_side_loads_no_ray_boto3_botocore_or_pyarrow(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+# -- the Ray Job link -----------------------------------------------------------------------------------------------
+
+
+def test_the_job_link_makes_no_xcom_lookup_when_the_try_submitted_no_job(monkeypatch):
+    """A task that fails on its arguments ends with the link asked for; it must not look for an XCom that isn't there
+    (the SDK logs "XCom not found" as an error)."""
+    from airflow.sdk.execution_time.xcom import XCom
+
+    from airflow_tune.links.ray import RayJobLink
+
+    monkeypatch.setattr(XCom, "get_value", mock.Mock(side_effect=AssertionError("XCom read")))
+    op = RayTuneOperator(task_id="t", trainable="p.m:f", storage_path="s3://bkt/e", metric="m", mode="min")
+    assert RayJobLink().get_link(op, ti_key=mock.Mock()) == ""
+    sensor = RayTuneSensor(task_id="s", experiment_uri="s3://bkt/e")
+    assert RayJobLink().get_link(sensor, ti_key=mock.Mock()) == ""
+
+
+def test_the_job_link_is_known_once_persisted():
+    from airflow_tune.links.ray import RayJobLink
+
+    op = RayTuneOperator(task_id="t", trainable="p.m:f", storage_path="s3://bkt/e", metric="m", mode="min")
+    ti = _ti()
+    RayJobLink.persist({"ti": ti, "task": op}, job_url="http://ray/#/jobs/j1")
+    assert ti.pushed == {RayJobLink.key: "http://ray/#/jobs/j1"}
+    assert RayJobLink().get_link(op, ti_key=mock.Mock()) == "http://ray/#/jobs/j1"

@@ -1,0 +1,59 @@
+"""DAGs that take the search space, scheduler, searcher and trainable kwargs from the trigger conf with no schema at
+all, so whatever a conf holds reaches the operator: its own checks are the guarantee, not a Param schema."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, Param
+
+from airflow_tune.operators.tune import RayTuneOperator
+
+TESTKIT = str(Path(__file__).resolve().parents[2] / "support" / "tune_testkit")
+STORAGE = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
+
+with DAG(
+    "aft_conf_as_data",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={
+        "space": Param({"x": {"grid_search": [1, 3]}, "steps": 1}, type="object"),
+        "scheduler": Param("fifo", type=["string", "object"]),
+        "search": Param("random", type=["string", "object"]),
+        "kwargs": Param({}, type="object"),
+    },
+) as conf_as_data:
+    RayTuneOperator(
+        task_id="tune",
+        trainable="tune_testkit.airflow_cases:stepper",
+        storage_path=STORAGE,
+        metric="loss",
+        mode="min",
+        param_space="{{ params.space | tojson }}",
+        scheduler="{{ params.scheduler | tojson }}",
+        search="{{ params.search | tojson }}",
+        trainable_kwargs="{{ params.kwargs | tojson }}",
+        py_modules=[TESTKIT],
+        poll_interval=0.5,
+    )
+
+with DAG(
+    "aft_trainable_from_conf",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={"trainable": Param("tune_testkit.airflow_cases:stepper", type="string")},
+    render_template_as_native_obj=True,
+) as trainable_from_conf:
+    RayTuneOperator(
+        task_id="tune",
+        trainable="{{ params.trainable }}",
+        storage_path=STORAGE,
+        metric="loss",
+        mode="min",
+        param_space={"x": {"grid_search": [1]}, "steps": 1},
+        py_modules=[TESTKIT],
+        poll_interval=0.5,
+    )

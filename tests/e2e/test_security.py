@@ -1,0 +1,91 @@
+"""A user who may only trigger DAGs sends confs that try to run code on the cluster; every one is refused before a
+Ray job exists, with a message naming the field, and the payload (which would create a marker file) never runs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag
+
+pytestmark = pytest.mark.usefixtures("stack")
+FILE = "hostile_confs.py"
+
+
+def _payload(marker: Path) -> str:
+    return f"__import__('pathlib').Path({str(marker)!r}).touch()"
+
+
+def _confs(marker: Path) -> list[tuple[str, dict, str]]:
+    code = {"eval": _payload(marker)}
+    command = f"touch {marker}"
+    return [
+        ("eval-in-choice", {"space": {"x": {"choice": [1, code]}, "steps": 1}}, "param_space.x.choice[1]"),
+        ("eval-as-the-space", {"space": code}, "param_space = "),
+        ("eval-in-const", {"space": {"x": {"const": {"deep": [code]}}}}, "param_space.x.const.deep[0]"),
+        ("eval-in-kwargs", {"kwargs": {"opts": code}}, "trainable_kwargs.opts"),
+        (
+            "eval-in-pbt-mutations",
+            {"scheduler": {"name": "pbt", "args": {"hyperparam_mutations": {"x": [1, code]}}}},
+            "scheduler.args.hyperparam_mutations.x[1]",
+        ),
+        (
+            "scheduler-factory",
+            {"scheduler": {"factory": "subprocess:getoutput", "args": {"cmd": command}}},
+            "scheduler.factory = 'subprocess:getoutput'",
+        ),
+        ("scheduler-factory-string", {"scheduler": "subprocess:getoutput"}, "scheduler.factory"),
+        (
+            "search-factory",
+            {"search": {"factory": "subprocess:getoutput", "args": {"cmd": command}}},
+            "search.factory = 'subprocess:getoutput'",
+        ),
+        (
+            "sample-from",
+            {"space": {"x": {"sample_from": "os:system"}, "steps": 1}},
+            "param_space.x = 'os:system'",
+        ),
+    ]
+
+
+def _date() -> datetime:
+    return datetime(2003, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
+
+
+def test_the_payload_is_real(tmp_path):
+    """The marker payload does create the file when something runs it, so its absence below means something."""
+    marker = tmp_path / "control"
+    eval(_payload(marker))  # noqa: S307 - the control for the refusals below
+    assert marker.exists()
+
+
+@pytest.mark.timeout(300)
+def test_confs_that_carry_code_are_refused_before_any_job_and_never_run(tmp_path):
+    marker = tmp_path / "pwned"
+    benign = {
+        "space": {"x": {"grid_search": [1, 3]}, "steps": 1},
+        "scheduler": "fifo",
+        "search": "random",
+        "kwargs": {},
+    }
+    for case, conf, field in _confs(marker):
+        # Every param in every conf: dag.test() in one process merges a conf into the params' defaults.
+        run = run_dag(load_dag("aft_conf_as_data", FILE), {**benign, **conf}, logical_date=_date())
+        assert run.state == "failed", case
+        [error] = run.errors("tune")
+        assert isinstance(error, ValueError), (case, error)
+        assert field in str(error), (case, str(error))
+        assert jobs_of(experiment("aft_conf_as_data", run.run_id)) == [], case
+    assert not marker.exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_trainable_named_by_a_conf_is_refused_even_with_native_rendering():
+    run = run_dag(load_dag("aft_trainable_from_conf", FILE), {"trainable": "subprocess:getoutput"}, _date())
+    assert run.state == "failed"
+    [error] = run.errors("tune")
+    assert "trainable = 'subprocess:getoutput'" in str(error) and "allowed_code_references" in str(error)
+    assert jobs_of(experiment("aft_trainable_from_conf", run.run_id)) == []
