@@ -24,13 +24,12 @@ TABLE_ROWS = 12
 
 
 def _scalar(value: Any) -> bool:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return True
-    return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, (bool, str, int, float)) or value is None
 
 
 def jsonable_metrics(result: dict[str, Any] | None, limit: int = 40) -> dict[str, Any]:
-    """The scalar metrics of a result, without Tune's bookkeeping that says nothing about the model."""
+    """The scalar metrics of a result, without Tune's bookkeeping that says nothing about the model; non-finite
+    numbers as the strings "NaN", "Infinity" and "-Infinity"."""
     if not result:
         return {}
     skip = {"config", "hostname", "node_ip", "pid", "date", "timestamp", "experiment_tag", "trial_log_path"}
@@ -40,7 +39,8 @@ def jsonable_metrics(result: dict[str, Any] | None, limit: int = 40) -> dict[str
             continue
         if isinstance(value, str) and len(value) > 200:
             continue
-        out[key] = value
+        # A diverged metric is kept, written as "NaN"/"Infinity"/"-Infinity" (strict JSON).
+        out[key] = jsonsafe.encode_float(value) if isinstance(value, float) else value
         if len(out) >= limit:
             break
     return out

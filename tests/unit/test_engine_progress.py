@@ -117,7 +117,7 @@ def test_unfinished_trials_tells_an_interrupted_run_from_a_finished_one():
     [
         (
             {"loss": 1.0, "config": {"a": 1}, "pid": 5, "nan": float("nan"), "s": "ok", "d": {"x": 1}},
-            {"loss": 1.0, "s": "ok"},
+            {"loss": 1.0, "nan": "NaN", "s": "ok"},
         ),
         (None, {}),
     ],
@@ -131,7 +131,7 @@ def test_engine_never_imports_airflow():
     code = (
         "import sys\n"
         "import airflow_tune.engine.__main__, airflow_tune.engine.build, airflow_tune.engine.progress\n"
-        "import airflow_tune.storage, airflow_tune.checkpoints, airflow_tune.spec\n"
+        "import airflow_tune.storage, airflow_tune.checkpoints, airflow_tune.spec, airflow_tune.jsonsafe\n"
         "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
         "print('AIRFLOW_MODULES', bad)\n"
     )

@@ -107,3 +107,27 @@ def fails_first_run(config: dict) -> None:
         open(flag, "w").close()
         raise RuntimeError(f"transient failure of x={config['x']}")
     tune.report({"loss": float(config["x"]) - 1.0})
+
+
+def non_finite(config: dict) -> None:
+    """Reports NaN and infinite metrics beside a finite loss, with a checkpoint (its config holds them too)."""
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "state.json"), "w") as fh:
+            json.dump({"x": config["x"]}, fh)
+        tune.report(
+            {
+                "loss": float(config["x"]),
+                "diverged": float("nan"),
+                "ceiling": float("inf"),
+                "floor": float("-inf"),
+            },
+            checkpoint=tune.Checkpoint.from_directory(folder),
+        )
+
+
+def sample_nan(spec: object) -> float:
+    return float("nan")
+
+
+def sample_inf(spec: object) -> list:
+    return [float("inf"), float("-inf")]
