@@ -19,3 +19,7 @@ class RayJobError(AirflowTuneException):
 
 class RayJobNotFoundError(RayJobError):
     """The Ray cluster does not know the job (HTTP 404)."""
+
+
+class ExperimentConflictError(AirflowTuneException):
+    """The experiment name is taken by an experiment with another spec (another run uses the same name)."""

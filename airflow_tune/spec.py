@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
+from airflow_tune.contract import join_uri
+
 SPEC_VERSION = 1
 
 #: Search-space primitives and how many positional arguments each takes (min, max).
@@ -251,10 +253,6 @@ def _arg_names(name: str) -> str:
         "lograndint": "low, high[, base]",
         "qlograndint": "low, high, q[, base]",
     }.get(name, "values")
-
-
-def space_has_grid(node: Any) -> bool:
-    return bool(_grids(node, "param_space"))
 
 
 def _grids(node: Any, path: str) -> list[tuple[str, Any]]:
@@ -540,34 +538,60 @@ class ExperimentSpec:
     def experiment_uri(self) -> str:
         return join_uri(self.storage_path, self.name)
 
-    @property
-    def manifest_dir_uri(self) -> str:
-        return join_uri(self.experiment_uri, MANIFEST_DIR)
+    def identity(self) -> dict[str, Any]:
+        """What question the experiment answers: the fields two runs of one experiment name must agree on.
 
-    def search_space_fingerprint(self) -> str:
-        """What may not change when an experiment is restored (Tune cannot change the search space then)."""
-        key = json.dumps({"trainable": self.trainable, "param_space": self.param_space}, sort_keys=True)
-        return hashlib.sha256(key.encode()).hexdigest()[:16]
+        A restored Tune experiment keeps its search space, trainable, scheduler and searcher whatever a rerun asks, and
+        a finished one's result answers the question it was asked. Policies (resources, checkpoints, failures,
+        budgets, progress) and warm-start points may change between tries.
+        """
+        return identity_of(self.to_dict())
 
-
-MANIFEST_DIR = ".airflow_tune"
-#: Lines the engine prints for the Airflow side (trial tables, trial errors, the result) start with this.
-LOG_MARK = "[airflow-tune] "
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.to_dict())
 
 
-def manifest_uri(experiment_uri: str, name: str) -> str:
-    """URI of one of the experiment's own files beside Tune's: ``spec.json``, ``progress.json``, ``result.json``."""
-    return join_uri(experiment_uri, MANIFEST_DIR, name)
+IDENTITY_FIELDS = (
+    "trainable",
+    "param_space",
+    "trainable_kwargs",
+    "metric",
+    "mode",
+    "num_samples",
+    "stop",
+    "scheduler",
+    "search",
+)
 
 
-def result_succeeded(manifest: Mapping[str, Any]) -> bool:
-    """Whether a result manifest is a finished, successful experiment (a failed one is kept only for diagnosis)."""
-    return manifest.get("status", "succeeded") == "succeeded"
+def identity_of(spec_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """:meth:`ExperimentSpec.identity` of a spec as a dict (e.g. a ``spec.json`` written by an earlier run)."""
+    return {name: spec_dict.get(name) for name in IDENTITY_FIELDS}
 
 
-def progress_lines(logs: str) -> list[str]:
-    """The engine's own lines of a job log."""
-    return [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
+def fingerprint_of(spec_dict: Mapping[str, Any]) -> str:
+    text = json.dumps(identity_of(spec_dict), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def identity_differences(before: Mapping[str, Any], after: Mapping[str, Any], limit: int = 6) -> list[str]:
+    """Where two specs (as dicts) ask different questions, each as ``path: old -> new``, down to the differing keys."""
+    found: list[str] = []
+
+    def walk(path: str, a: Any, b: Any) -> None:
+        if a == b:
+            return
+        nodes = isinstance(a, Mapping) and isinstance(b, Mapping)
+        if nodes and primitive_of(a) is None and primitive_of(b) is None:
+            for key in [*a, *(k for k in b if k not in a)]:
+                walk(f"{path}.{key}", a.get(key, "<unset>"), b.get(key, "<unset>"))
+        else:
+            found.append(f"{path}: {_show(a)} -> {_show(b)}")
+
+    a, b = identity_of(before), identity_of(after)
+    for name in IDENTITY_FIELDS:
+        walk(name, a[name], b[name])
+    return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])
 
 
 _REQUIRED_FIX = {
@@ -948,13 +972,6 @@ def _check_checkpoint(kw: dict[str, Any], errors: _Errors) -> None:
 
 
 # --- names and URIs -----------------------------------------------------------------------------------------------
-def join_uri(base: str, *parts: str) -> str:
-    out = base.rstrip("/")
-    for part in parts:
-        out = f"{out}/{part.strip('/')}"
-    return out
-
-
 def experiment_name_for(dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> str:
     """A deterministic, S3-safe, readable experiment name for one task instance (the same for every try).
 

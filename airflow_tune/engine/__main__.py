@@ -19,22 +19,41 @@ import traceback
 from typing import Any
 
 from airflow_tune import jsonsafe, storage
-from airflow_tune.spec import LOG_MARK, ExperimentSpec, SpecError, manifest_uri, result_succeeded
-
-SPEC_ENV = "AIRFLOW_TUNE_SPEC"
-JOB_ID_ENV = "AIRFLOW_TUNE_JOB_ID"
-#: When set, the driver's last log line says whether anything imported airflow (the engine must not).
-DEBUG_IMPORTS_ENV = "AIRFLOW_TUNE_DEBUG_IMPORTS"
-EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
+from airflow_tune.contract import (
+    DEBUG_IMPORTS_ENV,
+    EXIT_BAD_SPEC,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    JOB_ID_ENV,
+    LOG_MARK,
+    RESULT_FILE,
+    SPEC_ENV,
+    SPEC_FILE,
+    VERDICT,
+    manifest_uri,
+    result_succeeded,
+)
+from airflow_tune.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences
 
 
 def say(line: str) -> None:
     print(LOG_MARK + line, flush=True)
 
 
+def verdict(text: str) -> None:
+    """The engine's last word on a run that did not finish, on one line the Airflow side shows first."""
+    say(VERDICT + " ".join(part.strip() for part in text.splitlines() if part.strip()))
+
+
 def load_spec(source: str | None) -> ExperimentSpec:
     if source:
-        text = storage.read_bytes(source).decode() if "://" in source else open(source).read()
+        try:
+            text = storage.read_bytes(source).decode()
+        except OSError as exc:
+            raise SpecError(
+                [f"cannot read the spec at {source}: {exc}; check the cluster's access to storage"]
+            ) from None
     else:
         text = os.environ.get(SPEC_ENV, "")
         if not text:
@@ -43,17 +62,18 @@ def load_spec(source: str | None) -> ExperimentSpec:
 
 
 def check_spec_unchanged(spec: ExperimentSpec) -> bool:
-    """Refuse a spec whose search space differs from the one recorded for the same experiment (Tune cannot change it
-    on restore, and a finished experiment's result answers another question). Return whether a spec was recorded."""
-    previous = storage.read_json_or_none(manifest_uri(spec.experiment_uri, "spec.json"))
+    """Refuse a spec that asks another question than the one recorded for the same experiment (Tune cannot change
+    the search space on restore, and a finished experiment's result answers its own question). Return whether a spec
+    was recorded."""
+    previous = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
     if previous is None:
         return False
-    before = ExperimentSpec.from_dict(previous).search_space_fingerprint()
-    if before != spec.search_space_fingerprint():
+    if fingerprint_of(previous) != spec.fingerprint():
+        differences = "; ".join(identity_differences(previous, spec.to_dict()))
         raise SpecError(
             [
-                f"param_space/trainable differ from those of the experiment {spec.name!r} already in storage; "
-                "Tune cannot change the search space of an experiment it restores: use a new experiment name"
+                f"experiment {spec.name!r} already exists in {spec.experiment_uri} with another spec ({differences}); "
+                "one experiment name answers one question: give this run another experiment_name"
             ]
         )
     return True
@@ -61,8 +81,17 @@ def check_spec_unchanged(spec: ExperimentSpec) -> bool:
 
 def record_spec(spec: ExperimentSpec) -> None:
     """Keep the spec beside the experiment; refuse a changed search space on restore (Tune cannot change it)."""
+    from airflow_tune.engine.build import EngineError
+
     check_spec_unchanged(spec)
-    storage.write_json(manifest_uri(spec.experiment_uri, "spec.json"), spec.to_dict())
+    uri = manifest_uri(spec.experiment_uri, SPEC_FILE)
+    try:
+        storage.write_json(uri, spec.to_dict())
+    except OSError as exc:
+        raise EngineError(
+            f"cannot write to the storage path {spec.storage_path} ({exc}); check that the bucket exists and that the "
+            "cluster's nodes have credentials for it"
+        ) from exc
 
 
 def _forward_to_tune(signum: int, frame: Any) -> None:
@@ -80,7 +109,7 @@ def run(spec: ExperimentSpec) -> int:
     from airflow_tune.engine.build import build_tuner
     from airflow_tune.engine.progress import ProgressCallback, build_result_manifest
 
-    result_uri = manifest_uri(spec.experiment_uri, "result.json")
+    result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
     check_spec_unchanged(spec)
     existing = storage.read_json_or_none(result_uri)
     if existing is not None and result_succeeded(existing):
@@ -100,12 +129,13 @@ def run(spec: ExperimentSpec) -> int:
     if unfinished:
         elapsed = time.monotonic() - started
         shown = ", ".join(unfinished[:10]) + (f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else "")
-        say(
+        verdict(
             f"interrupted after {elapsed:.0f}s with {len(unfinished)} unfinished trials ({shown}); "
             "state saved, a rerun resumes"
         )
         return EXIT_INTERRUPTED
     manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
+    manifest["fingerprint"] = spec.fingerprint()
     failure = failure_reason(spec, manifest)
     # A failed manifest is kept for diagnosis but is not a result: a rerun restores and retries the trials.
     manifest["status"] = "failed" if failure else "succeeded"
@@ -115,7 +145,7 @@ def run(spec: ExperimentSpec) -> int:
             say(f"trial {trial['trial_id']} errored: {trial['error']}")
     say("result " + jsonsafe.dumps({k: v for k, v in manifest.items() if k != "trials"}))
     if failure:
-        say(f"experiment failed: {failure}")
+        verdict(f"experiment {spec.name} failed: {failure}")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -146,25 +176,27 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec)
     except SpecError as exc:
         say(str(exc))
+        verdict(str(exc))
         return EXIT_BAD_SPEC
     signal.signal(signal.SIGTERM, _forward_to_tune)
     try:
         return run(spec)
     except SpecError as exc:
         say(str(exc))
+        verdict(str(exc))
         return EXIT_BAD_SPEC
     except Exception as exc:
         from airflow_tune.engine.build import EngineError
 
         traceback.print_exc()
         if _metric_missing(exc):
-            say(
-                f"experiment failed: a trial's result has no metric {spec.metric!r} (the spec's metric); report it "
-                "with tune.report({...}) or return a dict holding it. A trainable that returns a plain number "
-                "reports it as '_metric': set the spec's metric to '_metric' for such a trainable"
+            verdict(
+                f"experiment {spec.name} failed: a trial's result has no metric {spec.metric!r} (the spec's metric); "
+                "report it with tune.report({...}) or return a dict holding it. A trainable that returns a plain "
+                "number reports it as '_metric': set the spec's metric to '_metric' for such a trainable"
             )
             return EXIT_BAD_SPEC
-        say(f"experiment failed: {type(exc).__name__}: {_last_line(exc)}")
+        verdict(f"experiment {spec.name} failed: {type(exc).__name__}: {_last_line(exc)}")
         return EXIT_BAD_SPEC if isinstance(exc, EngineError) else EXIT_FAILED
 
 

@@ -328,9 +328,27 @@ def refuse_tune_code(data: Mapping[str, Any]) -> None:
         )
 
 
+#: Credentials Ray Tune 2.60 copies from the driver's environment into every trial's runtime_env.
+PROPAGATED_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN")
+
+
+def keep_credentials_out_of_trials() -> None:
+    """Stop Tune from copying the driver's ``AWS_*`` into each trial's runtime_env.
+
+    Ray's runtime-env agent logs every runtime_env it creates ("Creating runtime env: {...}"), so the copy would put
+    the cluster's secret key in a log anyone with the dashboard's log viewer can read. Trials take credentials from
+    their node instead, as the driver does (instance role, web identity, or the node's environment).
+    """
+    from ray.tune.execution import class_cache
+
+    for name in PROPAGATED_CREDENTIALS:
+        class_cache.ENV_VARS_TO_PROPAGATE.discard(name)
+
+
 def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner, bool]:
     """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored."""
     refuse_tune_code(spec.to_dict())
+    keep_credentials_out_of_trials()
     trainable = build_trainable(spec)
     if experiment_state_exists(spec):
         tuner = tune.Tuner.restore(

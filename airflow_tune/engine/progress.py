@@ -8,6 +8,7 @@ trial table at most every ``interval`` seconds, and rewrites ``progress.json`` a
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections import Counter
@@ -16,7 +17,8 @@ from typing import Any
 from ray import tune
 
 from airflow_tune import jsonsafe, storage
-from airflow_tune.spec import LOG_MARK, ExperimentSpec, manifest_uri
+from airflow_tune.contract import LOG_MARK, PROGRESS_FILE, manifest_uri
+from airflow_tune.spec import ExperimentSpec
 
 TOP_TRIALS = 10
 MAX_RUNNING_LISTED = 20
@@ -60,7 +62,7 @@ class ProgressCallback(tune.Callback):
         self.out = out or sys.stdout
         self.clock = clock
         self.interval = spec.progress_interval_s
-        self.progress_uri = manifest_uri(spec.experiment_uri, "progress.json")
+        self.progress_uri = manifest_uri(spec.experiment_uri, PROGRESS_FILE)
         self._last_print = -math.inf
         self._last_write = -math.inf
         self._trials: list[Any] = []
@@ -89,8 +91,15 @@ class ProgressCallback(tune.Callback):
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended.add(trial.trial_id)
-        self._emit(f"trial {trial.trial_id} errored: {_error_line(trial)}")
+        self._emit(f"trial {trial.trial_id} errored: {self.error_line(trial)}")
         self._tick(trials, force_write=True)
+
+    def error_line(self, trial: Any) -> str:
+        """``Type: message`` of the trial's exception, and where the full text is kept in storage."""
+        summary = error_summary(trial_error_text(trial))
+        path = getattr(trial, "path", None)
+        where = f" (full text: {storage.with_scheme(self.spec.storage_path, path)}/error.txt)" if path else ""
+        return summary + where
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self._trials = trials
@@ -140,30 +149,37 @@ class ProgressCallback(tune.Callback):
         self._emit("progress " + jsonsafe.dumps({"counts": snap["counts"], "best": best}))
 
 
-def _error_line(trial: Any) -> str:
-    err = getattr(trial, "error_file", None) or ""
-    msg = ""
-    path = getattr(trial, "path", None)
-    if path:
-        try:
-            msg = trial_error_text(trial)
-        except Exception:
-            msg = ""
-    return (msg or str(err) or "unknown error").strip().splitlines()[-1][:300]
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |:$)")
+
+
+def error_summary(text: str) -> str:
+    """The exception's type and message from a traceback's text: its last ``Type: message`` line, not a code line."""
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if not line.startswith((" ", "\t")) and _EXCEPTION_LINE.match(line) and not line.startswith("File "):
+            return line[:300]
+    unindented = [line for line in lines if not line.startswith((" ", "\t"))]
+    return (unindented or lines or ["unknown error"])[-1][:300]
 
 
 def trial_error_text(trial: Any) -> str:
-    """The last lines of a trial's error, read from its ``error.txt`` (in storage) when Tune wrote one."""
+    """A trial's error text: the copy Tune just wrote on the driver's node, else the one in storage."""
+    local = getattr(trial, "error_file", None)
+    if local:
+        try:
+            with open(local, errors="replace") as fh:
+                return fh.read()
+        except OSError:
+            pass
     path = getattr(trial, "path", None)
     fs = getattr(getattr(trial, "storage", None), "storage_filesystem", None)
     if not path or fs is None:
         return ""
     try:
         with fs.open_input_stream(f"{path}/error.txt") as stream:
-            text = stream.read().decode(errors="replace")
+            return str(stream.read().decode(errors="replace"))
     except Exception:
         return ""
-    return "\n".join(text.strip().splitlines()[-6:])
 
 
 def _metric_of(trial: Any, metric: str) -> float | None:
@@ -247,6 +263,7 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
                 "config": jsonable(result.config),
                 "metrics": jsonable_metrics(result.metrics, limit=20),
                 "error": _short_error(result.error) if errored else None,
+                "error_summary": error_summary(str(result.error)) if errored else None,
                 "path": storage.with_scheme(spec.storage_path, result.path) if result.path else None,
             }
         )

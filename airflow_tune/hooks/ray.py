@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 DEFAULT_PORT = 8265
 DEFAULT_SCHEME = "http"
 CONNECT_TIMEOUT = 10.0
-TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 
 # Fields of a job safe to hand on (XCom, events, logs). ``runtime_env`` is left out: its env_vars may hold secrets.
 JOB_FIELDS = (

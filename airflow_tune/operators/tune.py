@@ -6,7 +6,6 @@ import ast
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import cached_property
@@ -17,41 +16,35 @@ from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
 from airflow_tune import code
-from airflow_tune.exceptions import RayJobError
-from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
-from airflow_tune.links.ray import RayJobLink
-from airflow_tune.spec import (
-    ExperimentSpec,
-    experiment_name_for,
+from airflow_tune.contract import (
+    JOB_ID_ENV,
+    LIVE_STATUSES,
+    METADATA_EXPERIMENT,
+    METADATA_EXPERIMENT_URI,
+    METADATA_FINGERPRINT,
+    METADATA_SPEC_URI,
+    RESULT_FILE,
+    RESULT_KEYS,
+    SPEC_FILE,
+    TERMINAL_STATUSES,
+    engine_command,
+    failure_text,
+    job_spec_uri,
     manifest_uri,
     progress_lines,
     result_succeeded,
+    xcom_result,
 )
+from airflow_tune.exceptions import ExperimentConflictError, RayConnectionError, RayJobError
+from airflow_tune.hooks.ray import RayHook
+from airflow_tune.links.ray import RayJobLink
+from airflow_tune.spec import ExperimentSpec, experiment_name_for, fingerprint_of, identity_differences
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: Keys of the XCom result; stable, documented in the README.
-RESULT_KEYS = (
-    "experiment",
-    "experiment_uri",
-    "job_id",
-    "metric",
-    "mode",
-    "best_trial_id",
-    "best_config",
-    "best_metrics",
-    "best_checkpoint_uri",
-    "num_trials",
-    "num_terminated",
-    "num_errored",
-    "dashboard_url",
-)
-LIVE_STATUSES = ("PENDING", "RUNNING")
-METADATA_EXPERIMENT = "airflow_tune_experiment"
-METADATA_EXPERIMENT_URI = "airflow_tune_experiment_uri"
+__all__ = ["RESULT_KEYS", "RayTuneOperator"]
 STATE_JOB_ID = "ray_job_id"
-ENGINE_ENTRYPOINT = "python -m airflow_tune.engine"
 
 # Spec fields the operator passes through as they are (each is also a templated argument).
 _SPEC_FIELDS = (
@@ -141,6 +134,7 @@ class RayTuneOperator(BaseOperator):
         experiment URI at once for a :class:`~airflow_tune.sensors.tune.RayTuneSensor`.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between status checks.
+    :param max_unreachable_s: how long the dashboard may go unanswered while waiting before the task fails.
     :param stop_wait_s: how long Ray waits for the driver to save state after the stop signal.
     :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
     """
@@ -194,6 +188,7 @@ class RayTuneOperator(BaseOperator):
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 5.0,
+        max_unreachable_s: float = 120.0,
         stop_wait_s: int = 60,
         ship_engine: bool = True,
         **kwargs: Any,
@@ -238,6 +233,7 @@ class RayTuneOperator(BaseOperator):
         self.wait_for_completion = wait_for_completion
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self.max_unreachable_s = max_unreachable_s
         self.stop_wait_s = stop_wait_s
         self.ship_engine = ship_engine
         self.job_id: str | None = None
@@ -340,8 +336,7 @@ class RayTuneOperator(BaseOperator):
         env_vars = dict(runtime_env.get("env_vars") or {})
         env_vars.update(
             {
-                "AIRFLOW_TUNE_SPEC": spec.to_json(),
-                "AIRFLOW_TUNE_JOB_ID": job_id,
+                JOB_ID_ENV: job_id,
                 # Tune saves its state only on SIGINT; Ray's default stop signal is SIGTERM, then SIGKILL after 3 s.
                 "RAY_JOB_STOP_SIGNAL": "SIGINT",
                 "RAY_JOB_STOP_WAIT_TIME_S": str(self.stop_wait_s),
@@ -379,6 +374,7 @@ class RayTuneOperator(BaseOperator):
                     deadline=self._deadline(context),
                     experiment_uri=spec.experiment_uri,
                     log_interval=max(self.poll_interval, spec.progress_interval_s),
+                    max_unreachable_s=self.max_unreachable_s,
                 ),
                 method_name="execute_complete",
             )
@@ -408,33 +404,93 @@ class RayTuneOperator(BaseOperator):
     def resume_or_submit(self, context: Context, spec: ExperimentSpec) -> tuple[str | None, dict[str, Any] | None]:
         """Reattach to a live job of this experiment, return a finished result, or submit a job that restores.
 
+        Every path first checks that the experiment found under this name asks the same question (the spec's
+        fingerprint); another run reusing the name with another spec is refused, naming what differs.
+
         :return: the job id, and the finished result when there is one.
         """
         from airflow_tune import storage
 
-        jobs = self.hook.find_jobs({METADATA_EXPERIMENT: spec.name})
-        live = [j for j in jobs if j.get("status") in LIVE_STATUSES]
-        if live:
-            job_id = live[0]["submission_id"]
-            self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
+        for _ in range(2):
+            jobs = self.hook.find_jobs({METADATA_EXPERIMENT: spec.name})
+            live = [j for j in jobs if j.get("status") in LIVE_STATUSES]
+            if live:
+                job = live[0]
+                metadata = job.get("metadata") or {}
+                theirs = (
+                    storage.read_json_or_none(metadata[METADATA_SPEC_URI]) if METADATA_SPEC_URI in metadata else None
+                )
+                self._refuse_other_question(spec, metadata.get(METADATA_FINGERPRINT), job, theirs)
+                job_id = job["submission_id"]
+                self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
+                self._remember_job(context, job_id)
+                return job_id, None
+            recorded = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
+            if recorded is not None:
+                self._refuse_other_question(spec, fingerprint_of(recorded), None, recorded)
+            result = storage.read_json_or_none(manifest_uri(spec.experiment_uri, RESULT_FILE))
+            if result is not None and result_succeeded(result):
+                self._refuse_other_question(spec, result.get("fingerprint"), None, recorded)
+                job_id = result.get("job_id") or (jobs[0]["submission_id"] if jobs else None)
+                return job_id, result
+            if jobs:
+                self.log.info(
+                    "Experiment %s has %d earlier job(s), none live: the new job restores it from %s",
+                    spec.name,
+                    len(jobs),
+                    spec.experiment_uri,
+                )
+            # Deterministic per experiment and attempt: two tries that list the jobs at the same moment submit the
+            # same id, and Ray refuses the second; that one then finds the first's job above and reattaches.
+            job_id = f"{spec.name}-{len(jobs) + 1}"
+            try:
+                self._submit(context, spec, job_id)
+            except RayJobError as exc:
+                if "already exists" not in str(exc):
+                    raise
+                self.log.info("Ray job %s was submitted by another try at the same moment; looking again", job_id)
+                continue
             self._remember_job(context, job_id)
             return job_id, None
-        result = storage.read_json_or_none(manifest_uri(spec.experiment_uri, "result.json"))
-        if result is not None and result_succeeded(result):
-            job_id = result.get("job_id") or (jobs[0]["submission_id"] if jobs else None)
-            return job_id, result
-        if jobs:
-            self.log.info(
-                "Experiment %s has %d earlier job(s), none live: the new job restores it from %s",
-                spec.name,
-                len(jobs),
-                spec.experiment_uri,
-            )
-        job_id = f"{spec.name}-{len(jobs) + 1}-{uuid.uuid4().hex[:6]}"
+        raise RayJobError(f"experiment {spec.name}: jobs kept appearing while submitting; retry the task")
+
+    def _refuse_other_question(
+        self,
+        spec: ExperimentSpec,
+        theirs: str | None,
+        job: dict[str, Any] | None,
+        recorded: dict[str, Any] | None = None,
+    ) -> None:
+        """Raise when the experiment found under this name was started with another spec."""
+        if not theirs or theirs == spec.fingerprint():
+            return
+        from airflow_tune import storage
+
+        if recorded is None:
+            recorded = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
+        differences = identity_differences(recorded, spec.to_dict()) if recorded else []
+        where = f"live Ray job {job['submission_id']}" if job else spec.experiment_uri
+        raise ExperimentConflictError(
+            f"experiment {spec.name!r} already exists ({where}) with another spec"
+            + (f": {'; '.join(differences)}" if differences else "")
+            + ". One experiment name answers one question: another run uses this experiment_name; give this run "
+            "its own experiment_name (or leave it unset: the default is unique per task instance)"
+        )
+
+    def _submit(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
+        import uuid
+
+        from airflow_tune import storage
+
         ti = context["ti"]
+        # The spec travels through storage, not in the job's environment: no size limit applies to it.
+        spec_uri = job_spec_uri(spec.experiment_uri, job_id, uuid.uuid4().hex[:8])
+        storage.write_json(spec_uri, spec.to_dict())
         metadata = {
             METADATA_EXPERIMENT: spec.name,
             METADATA_EXPERIMENT_URI: spec.experiment_uri,
+            METADATA_FINGERPRINT: spec.fingerprint(),
+            METADATA_SPEC_URI: spec_uri,
             "airflow_dag_id": str(ti.dag_id),
             "airflow_task_id": str(ti.task_id),
             "airflow_run_id": str(context["run_id"]),
@@ -447,14 +503,12 @@ class RayTuneOperator(BaseOperator):
                 shipped.append(stack.enter_context(code.shipped_package(self.trainable_code)))
                 self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
             self.hook.submit_job(
-                entrypoint=ENGINE_ENTRYPOINT,
+                entrypoint=engine_command(spec_uri),
                 submission_id=job_id,
                 runtime_env=self.build_runtime_env(spec, job_id, shipped),
                 metadata=metadata,
             )
         self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
-        self._remember_job(context, job_id)
-        return job_id, None
 
     def _remember_job(self, context: Context, job_id: str) -> None:
         store = context.get("task_state_store")  # type: ignore[call-overload]
@@ -478,12 +532,27 @@ class RayTuneOperator(BaseOperator):
     def wait_blocking(self, job_id: str, log_interval: float = 10.0) -> str:
         """Poll until the job ends, printing the engine's progress lines into the task log.
 
+        A dashboard that does not answer is asked again until it has been unreachable for ``max_unreachable_s``
+        since its last answer, as the trigger does.
+
         :param log_interval: read the (whole) job log at most this often, and once more at the end.
         """
         printed = 0
         logs_read_at = float("-inf")
+        answered_at = time.monotonic()
         while True:
-            info = self.hook.get_job_info(job_id)
+            try:
+                info = self.hook.get_job_info(job_id)
+            except RayConnectionError as exc:
+                waited = time.monotonic() - answered_at
+                if waited >= self.max_unreachable_s:
+                    raise RayConnectionError(
+                        f"the Ray dashboard was unreachable for {waited:.0f}s while waiting for job {job_id}: {exc}"
+                    ) from exc
+                self.log.warning("Ray dashboard unreachable for %.0fs: %s", waited, exc)
+                time.sleep(self.poll_interval)
+                continue
+            answered_at = time.monotonic()
             status = str(info.get("status"))
             terminal = status in TERMINAL_STATUSES
             if terminal or time.monotonic() - logs_read_at >= log_interval:
@@ -510,7 +579,7 @@ class RayTuneOperator(BaseOperator):
         from airflow_tune import storage
 
         if status == "SUCCEEDED":
-            result_uri = manifest_uri(experiment_uri, "result.json")
+            result_uri = manifest_uri(experiment_uri, RESULT_FILE)
             result = storage.read_json_or_none(result_uri)
             if result is None:
                 raise RayJobError(f"Ray job {job_id} succeeded but wrote no result at {result_uri}")
@@ -527,18 +596,11 @@ class RayTuneOperator(BaseOperator):
             logs = self.hook.get_job_logs(job_id)
         except Exception as exc:
             logs = f"(job logs unavailable: {exc})"
-        tail = "\n".join(logs.strip().splitlines()[-40:])
-        trial_errors = [line for line in progress_lines(logs) if " errored: " in line]
-        parts = [f"Ray job {job_id} {status}: {message}".rstrip(": ")]
-        if trial_errors:
-            parts.append("Trial errors:\n" + "\n".join(trial_errors[-10:]))
-        parts.append(f"Last lines of the job log:\n{tail}")
-        return "\n".join(parts)
+        return failure_text(job_id, status, message, logs)
 
     def _xcom_result(self, result: dict[str, Any], job_id: str | None) -> dict[str, Any]:
-        out = {key: result.get(key) for key in RESULT_KEYS}
-        out["job_id"] = result.get("job_id") or job_id
-        out["dashboard_url"] = self.hook.job_url(out["job_id"]) if out["job_id"] else None
+        chosen = result.get("job_id") or job_id
+        out = xcom_result(result, job_id, self.hook.job_url(chosen) if chosen else None)
         self.log.info(
             "Best trial %s: %s=%s config=%s checkpoint=%s",
             out["best_trial_id"],

@@ -9,11 +9,19 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from airflow_tune.contract import (
+    METADATA_EXPERIMENT_URI,
+    PROGRESS_FILE,
+    RESULT_FILE,
+    TERMINAL_STATUSES,
+    failure_text,
+    manifest_uri,
+    result_succeeded,
+    xcom_result,
+)
 from airflow_tune.exceptions import RayJobError
-from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
+from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
-from airflow_tune.operators.tune import METADATA_EXPERIMENT_URI, RESULT_KEYS
-from airflow_tune.spec import manifest_uri, result_succeeded
 from airflow_tune.triggers.tune import best_reaches
 
 if TYPE_CHECKING:
@@ -107,7 +115,7 @@ class RayTuneSensor(BaseSensorOperator):
             if status == "SUCCEEDED":
                 return PokeReturnValue(is_done=True, xcom_value=self._result())
         elif self.experiment_uri:
-            result = storage.read_json_or_none(manifest_uri(self.experiment_uri, "result.json"))
+            result = storage.read_json_or_none(manifest_uri(self.experiment_uri, RESULT_FILE))
             if result is not None and not result_succeeded(result):
                 raise RayJobError(
                     f"experiment {self.experiment_uri} failed: {result.get('num_errored')} trials errored"
@@ -115,7 +123,7 @@ class RayTuneSensor(BaseSensorOperator):
             if result is not None:
                 return PokeReturnValue(is_done=True, xcom_value=self._shape(result))
         if self.target is not None and self.experiment_uri:
-            progress = storage.read_json_or_none(manifest_uri(self.experiment_uri, "progress.json"))
+            progress = storage.read_json_or_none(manifest_uri(self.experiment_uri, PROGRESS_FILE))
             if best_reaches(progress, self.target, self.target_mode):  # type: ignore[arg-type]
                 return PokeReturnValue(is_done=True, xcom_value=self._early(progress or {}))
         return False
@@ -127,7 +135,7 @@ class RayTuneSensor(BaseSensorOperator):
         if status == "SUCCEEDED":
             return self._result()
         if status == "TARGET_REACHED":
-            progress = storage.read_json_or_none(manifest_uri(str(self.experiment_uri), "progress.json"))
+            progress = storage.read_json_or_none(manifest_uri(str(self.experiment_uri), PROGRESS_FILE))
             return self._early(progress or {})
         if status in TERMINAL_STATUSES:
             raise RayJobError(self._failure(str(status), event.get("message")))
@@ -136,7 +144,7 @@ class RayTuneSensor(BaseSensorOperator):
     def _result(self) -> dict[str, Any]:
         from airflow_tune import storage
 
-        result_uri = manifest_uri(self.experiment_uri or self._experiment_uri_of_job(), "result.json")
+        result_uri = manifest_uri(self.experiment_uri or self._experiment_uri_of_job(), RESULT_FILE)
         result = storage.read_json_or_none(result_uri)
         if result is None:
             raise RayJobError(f"Ray job {self.job_id} succeeded but wrote no result at {result_uri}")
@@ -150,10 +158,8 @@ class RayTuneSensor(BaseSensorOperator):
         return str(uri)
 
     def _shape(self, result: dict[str, Any]) -> dict[str, Any]:
-        out = {key: result.get(key) for key in RESULT_KEYS}
-        job_id = out["job_id"] or self.job_id
-        out["job_id"] = job_id
-        out["dashboard_url"] = self.hook.job_url(job_id) if job_id else None
+        job_id = result.get("job_id") or self.job_id
+        out = xcom_result(result, self.job_id, self.hook.job_url(job_id) if job_id else None)
         out["finished"] = True
         return out
 
@@ -181,7 +187,7 @@ class RayTuneSensor(BaseSensorOperator):
         if message is None:
             message = str(self.hook.get_job_info(str(self.job_id)).get("message") or "")
         try:
-            tail = "\n".join(self.hook.get_job_logs(str(self.job_id)).strip().splitlines()[-30:])
+            logs = self.hook.get_job_logs(str(self.job_id))
         except Exception as exc:
-            tail = f"(job logs unavailable: {exc})"
-        return f"Ray job {self.job_id} {status}: {message}\nLast lines of the job log:\n{tail}"
+            logs = f"(job logs unavailable: {exc})"
+        return failure_text(str(self.job_id), status, message, logs)

@@ -10,8 +10,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
-from airflow_tune.spec import manifest_uri, progress_lines
+from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, progress_lines
+from airflow_tune.hooks.ray import RayHook
 
 
 class RayTuneTrigger(BaseTrigger):
@@ -86,7 +86,7 @@ class RayTuneTrigger(BaseTrigger):
         hook = self._hook()
         printed = 0
         logs_read_at = -math.inf
-        unreachable_since: float | None = None
+        answered_at = time.monotonic()  # the dashboard's last answer (or the start): "unreachable" counts from it
         while True:
             if self.deadline is not None and time.time() >= self.deadline:
                 await self._stop(hook)
@@ -94,11 +94,9 @@ class RayTuneTrigger(BaseTrigger):
                 return
             try:
                 info = await hook.async_job_status(self.job_id, max_age=self.poll_interval)
-                unreachable_since = None
+                answered_at = time.monotonic()
             except Exception as exc:
-                now = time.monotonic()
-                unreachable_since = unreachable_since or now
-                waited = now - unreachable_since
+                waited = time.monotonic() - answered_at
                 self.log.warning("Ray dashboard unreachable for %.0fs: %s", waited, exc)
                 if waited >= self.max_unreachable_s:
                     yield self._event("error", f"the Ray dashboard was unreachable for {waited:.0f}s: {exc}")
@@ -158,7 +156,7 @@ class RayTuneTrigger(BaseTrigger):
 def _read_progress(experiment_uri: str) -> dict[str, Any] | None:
     from airflow_tune import storage
 
-    return storage.read_json_or_none(manifest_uri(experiment_uri, "progress.json"))
+    return storage.read_json_or_none(manifest_uri(experiment_uri, PROGRESS_FILE))
 
 
 def best_reaches(progress: dict[str, Any] | None, target: float | None, mode: str | None) -> bool:

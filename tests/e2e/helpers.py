@@ -109,8 +109,8 @@ def experiment(dag_id: str, run_id: str, task_id: str = "tune") -> str:
 
 
 def jobs_of(experiment_name: str) -> list[dict[str, Any]]:
+    from airflow_tune.contract import METADATA_EXPERIMENT
     from airflow_tune.hooks.ray import RayHook
-    from airflow_tune.operators.tune import METADATA_EXPERIMENT
 
     return RayHook().find_jobs({METADATA_EXPERIMENT: experiment_name})
 

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
+from airflow_tune.contract import RESULT_KEYS
 from airflow_tune.links.ray import RayJobLink
-from airflow_tune.operators.tune import RESULT_KEYS
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, stop_live_jobs
 
 pytestmark = pytest.mark.usefixtures("stack")

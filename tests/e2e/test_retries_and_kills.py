@@ -24,9 +24,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_tune.contract import RESULT_KEYS
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
-from airflow_tune.operators.tune import RESULT_KEYS, RayTuneOperator
+from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.triggers.tune import RayTuneTrigger
 from tests.e2e.helpers import (
     RUN_DAG,

@@ -14,8 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import airflow_tune.hooks.ray as ray_hook_module
+from airflow_tune.contract import TERMINAL_STATUSES
 from airflow_tune.exceptions import RayConnectionError, RayJobError, RayJobNotFoundError
-from airflow_tune.hooks.ray import TERMINAL_STATUSES, RayHook
+from airflow_tune.hooks.ray import RayHook
 from airflow_tune.local.stack import free_port
 
 CONN_ID = "ray_hook_it"

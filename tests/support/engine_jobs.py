@@ -13,6 +13,7 @@ from typing import Any
 
 import airflow_tune
 from airflow_tune import storage
+from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, SPEC_ENV
 
 TESTKIT = str(Path(__file__).resolve().parent / "tune_testkit")
 PACKAGE = str(Path(airflow_tune.__file__).resolve().parent)
@@ -28,13 +29,13 @@ def client(stack: Any):
 def submit(stack: Any, spec: dict[str, Any], *, env: dict[str, str] | None = None, job_id: str | None = None) -> str:
     job_id = job_id or f"tune-{spec['name']}-{uuid.uuid4().hex[:6]}"
     client(stack).submit_job(
-        entrypoint="python -m airflow_tune.engine",
+        entrypoint=ENGINE_ENTRYPOINT,
         submission_id=job_id,
         runtime_env={
             "py_modules": [PACKAGE, TESTKIT],
             "env_vars": {
-                "AIRFLOW_TUNE_SPEC": json.dumps(spec),
-                "AIRFLOW_TUNE_JOB_ID": job_id,
+                SPEC_ENV: json.dumps(spec),
+                JOB_ID_ENV: job_id,
                 "RAY_JOB_STOP_SIGNAL": "SIGINT",
                 "RAY_JOB_STOP_WAIT_TIME_S": "30",
                 **(env or {}),

@@ -19,9 +19,10 @@ import pytest
 from airflow.sdk import DAG
 
 import airflow_tune.triggers
+from airflow_tune.contract import METADATA_EXPERIMENT, METADATA_SPEC_URI, RESULT_KEYS
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
-from airflow_tune.operators.tune import METADATA_EXPERIMENT, RESULT_KEYS, RayTuneOperator
+from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.sensors.tune import RayTuneSensor
 from airflow_tune.spec import experiment_name_for
 from airflow_tune.triggers.tune import RayTuneTrigger, best_reaches
@@ -261,7 +262,11 @@ def token_conn(monkeypatch):
 def _run_execute(op: RayTuneOperator, context: dict) -> tuple[Any, RecordingHook]:
     hook = RecordingHook(op.ray_conn_id)
     op.__dict__["hook"] = hook  # the cached_property
-    with mock.patch("airflow_tune.storage.read_json_or_none", return_value=None):
+    hook.written = {}  # type: ignore[attr-defined]
+    with (
+        mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),
+        mock.patch("airflow_tune.storage.write_json", side_effect=hook.written.__setitem__),  # type: ignore[attr-defined]
+    ):
         return op.execute(context), hook  # type: ignore[arg-type]
 
 
@@ -291,11 +296,14 @@ def test_no_token_in_rendered_fields_xcom_job_metadata_or_runtime_env(token_conn
         "pushed": context["ti"].pushed,
         "metadata": submitted["metadata"],
         "runtime_env": submitted["runtime_env"],
-        "spec": json.loads(submitted["runtime_env"]["env_vars"]["AIRFLOW_TUNE_SPEC"]),
+        "spec": hook.written[submitted["metadata"][METADATA_SPEC_URI]],  # type: ignore[attr-defined]
     }
     text = json.dumps(handed_on, default=str)
     assert TOKEN not in text
     assert set(result) == {"job_id", "experiment", "experiment_uri", "dashboard_url"}
+    # The spec travels through storage; the job's entrypoint names where.
+    assert submitted["entrypoint"] == f"python -m airflow_tune.engine --spec {submitted['metadata'][METADATA_SPEC_URI]}"
+    assert handed_on["spec"]["param_space"] == PARAMS["space"]
     assert result["dashboard_url"].startswith("http://127.0.0.1:8265/#/jobs/")
 
 

@@ -137,3 +137,32 @@ def test_engine_never_imports_airflow():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert "AIRFLOW_MODULES []" in out.stdout, out.stdout + out.stderr
+
+
+RAY_TASK_ERROR = """Failure # 1 (occurred at 2026-12-02_23-10-01)
+ray::ImplicitFunc.train() (pid=4242, ip=127.0.0.1, actor_id=abc, repr=train)
+  File "/ray/tune/trainable/trainable.py", line 331, in train
+    raise skipped from exception_cause(skipped)
+  File "/ray/tune/trainable/function_trainable.py", line 45, in _trainable_func
+    output = fn()
+             ^^^^
+  File "/tmp/ray/session/runtime_resources/tune_testkit/airflow_cases.py", line 57, in boom
+    raise RuntimeError(f"boom: bad x={config['x']}")
+RuntimeError: boom: bad x=1
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "summary"),
+    [
+        (RAY_TASK_ERROR, "RuntimeError: boom: bad x=1"),
+        (RAY_TASK_ERROR + "\n\n", "RuntimeError: boom: bad x=1"),
+        (RAY_TASK_ERROR.replace("RuntimeError: boom: bad x=1\n", "ValueError:\n"), "ValueError:"),
+        ("Traceback (most recent call last):\n  File 'x', line 1\n    output = fn()\nKeyError: 'lr'", "KeyError: 'lr'"),
+        ("ray.exceptions.RayActorError: The actor died unexpectedly", "ray.exceptions.RayActorError: The actor died"),
+        ("just words", "just words"),
+        ("", "unknown error"),
+    ],
+)
+def test_error_summary_is_the_exception_not_a_code_line(text, summary):
+    assert progress.error_summary(text).startswith(summary)

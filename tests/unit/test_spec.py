@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from airflow_tune.contract import MANIFEST_DIR, join_uri, manifest_uri
 from airflow_tune.spec import (
-    MANIFEST_DIR,
     PRIMITIVES,
     SCHEDULERS,
     SEARCHERS,
@@ -25,9 +25,8 @@ from airflow_tune.spec import (
     SearchSpec,
     SpecError,
     experiment_name_for,
-    join_uri,
+    identity_differences,
     primitive_of,
-    space_has_grid,
 )
 
 BASE: dict[str, Any] = {
@@ -545,9 +544,6 @@ def test_grid_search_with_random_or_grid_searcher():
     data = make({"param_space": {"bs": {"grid_search": [16, 32]}}})
     for name in ("random", "grid"):
         ExperimentSpec.from_dict({**data, "search": name})
-    assert space_has_grid(data["param_space"])
-    assert space_has_grid({"m": {"bs": {"grid_search": [1]}}})
-    assert not space_has_grid({"bs": {"choice": [1]}, "c": {"const": {"grid_search": [1]}}})
 
 
 def test_optuna_with_choice():
@@ -631,11 +627,35 @@ def test_full_spec_parts():
     assert spec.to_dict()["param_space"] == FULL["param_space"]
 
 
-def test_fingerprint_tracks_the_space_only():
+def test_fingerprint_tracks_the_question_not_the_policies():
     a = ExperimentSpec.from_dict(make())
-    b = ExperimentSpec.from_dict(make({"num_samples": 9}))
-    c = ExperimentSpec.from_dict(make({"param_space": {"lr": {"uniform": [0, 1]}}}))
-    assert a.search_space_fingerprint() == b.search_space_fingerprint() != c.search_space_fingerprint()
+    # Policies, budgets and warm-start points may change between tries of one experiment.
+    for same in (
+        {"failure": {"max_failures": 3}},
+        {"checkpoint": {"num_to_keep": 1}},
+        {"time_budget_s": 60},
+        {"max_concurrent_trials": 1},
+        {"progress_interval_s": 2},
+        {"resources": {"cpu": 2}},
+        {"points_to_evaluate": [{"lr": 0.01}]},
+    ):
+        assert ExperimentSpec.from_dict(make(same)).fingerprint() == a.fingerprint(), same
+    for other in (
+        {"param_space": {"lr": {"uniform": [0, 1]}}},
+        {"trainable": "other.mod:fn"},
+        {"num_samples": 9},
+        {"metric": "acc"},
+        {"mode": "max"},
+        {"stop": {"training_iteration": 3}},
+        {"scheduler": "asha"},
+        {"search": "hyperopt"},
+        {"trainable_kwargs": {"a": 1}},
+    ):
+        assert ExperimentSpec.from_dict(make(other)).fingerprint() != a.fingerprint(), other
+    b = ExperimentSpec.from_dict(make({"num_samples": 9, "param_space": {"lr": {"uniform": [0, 1]}}}))
+    differences = identity_differences(a.to_dict(), b.to_dict())
+    assert [d.split(":")[0] for d in differences] == ["param_space.lr", "param_space.depth", "num_samples"]
+    assert differences[0].endswith('-> {"uniform": [0, 1]}') and differences[1].endswith("-> '<unset>'")
 
 
 @pytest.mark.parametrize(
@@ -651,7 +671,7 @@ def test_fingerprint_tracks_the_space_only():
 def test_experiment_and_manifest_uris(storage, experiment_uri):
     spec = ExperimentSpec.from_dict(make({"storage_path": storage}))
     assert spec.experiment_uri == experiment_uri
-    assert spec.manifest_dir_uri == f"{experiment_uri}/{MANIFEST_DIR}"
+    assert manifest_uri(spec.experiment_uri, "result.json") == f"{experiment_uri}/{MANIFEST_DIR}/result.json"
     assert MANIFEST_DIR == ".airflow_tune"
 
 

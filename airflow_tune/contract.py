@@ -1,0 +1,130 @@
+"""The handshake between the Airflow side and the engine: one home for every name both sides must agree on.
+
+The operator submits ``ENGINE_ENTRYPOINT`` with the spec and job id in the job's environment and tags the job with
+``METADATA_*``; the engine writes its manifests beside the experiment (``manifest_uri``) and marks the log lines meant
+for the Airflow side with ``LOG_MARK``, ending a failed run with one ``VERDICT`` line that says why. The XCom result is
+``xcom_result`` of the result manifest. Imports neither airflow nor ray: both sides import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# -- the job ---------------------------------------------------------------------------------------------------------
+ENGINE_MODULE = "airflow_tune.engine"
+ENGINE_ENTRYPOINT = f"python -m {ENGINE_MODULE}"
+#: Environment of the driver: the spec's JSON (or ``--spec URI``), and the job's own submission id.
+SPEC_ENV = "AIRFLOW_TUNE_SPEC"
+JOB_ID_ENV = "AIRFLOW_TUNE_JOB_ID"
+#: When set, the driver's last log line says whether anything imported airflow (the engine must not).
+DEBUG_IMPORTS_ENV = "AIRFLOW_TUNE_DEBUG_IMPORTS"
+#: Driver exit codes: finished (result.json written), the experiment failed, bad spec or setup, interrupted.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_SPEC, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+#: Job metadata keys: which experiment a job runs, where, and the spec's identity (see ``ExperimentSpec.fingerprint``).
+METADATA_EXPERIMENT = "airflow_tune_experiment"
+METADATA_EXPERIMENT_URI = "airflow_tune_experiment_uri"
+METADATA_FINGERPRINT = "airflow_tune_fingerprint"
+#: Where the job's spec is: the operator writes it beside the experiment and hands the driver only its URI
+#: (``--spec``), so no size limit of an environment variable or of the Jobs API applies to it.
+METADATA_SPEC_URI = "airflow_tune_spec_uri"
+
+#: Ray job statuses.
+LIVE_STATUSES = frozenset({"PENDING", "RUNNING"})
+TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
+
+# -- files beside the experiment ---------------------------------------------------------------------------------------
+MANIFEST_DIR = ".airflow_tune"
+SPEC_FILE, PROGRESS_FILE, RESULT_FILE = "spec.json", "progress.json", "result.json"
+
+
+def join_uri(base: str, *parts: str) -> str:
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def manifest_uri(experiment_uri: str, name: str) -> str:
+    """URI of one of the experiment's own files beside Tune's: ``spec.json``, ``progress.json``, ``result.json``."""
+    return join_uri(experiment_uri, MANIFEST_DIR, name)
+
+
+def job_spec_uri(experiment_uri: str, job_id: str, token: str) -> str:
+    """Where one job's spec is kept: ``jobs/<job id>-<token>.json`` (the token keeps racing submitters apart)."""
+    return join_uri(experiment_uri, MANIFEST_DIR, "jobs", f"{job_id}-{token}.json")
+
+
+def engine_command(spec_uri: str) -> str:
+    """The job's entrypoint: the engine, reading its spec from ``spec_uri``."""
+    import shlex
+
+    return f"{ENGINE_ENTRYPOINT} --spec {shlex.quote(spec_uri)}"
+
+
+# -- the job log -----------------------------------------------------------------------------------------------------
+#: Lines the engine prints for the Airflow side (trial tables, trial errors, the result) start with this.
+LOG_MARK = "[airflow-tune] "
+#: The engine's last word on a run that did not finish: ``LOG_MARK + VERDICT + one line``.
+VERDICT = "verdict: "
+
+
+def progress_lines(logs: str) -> list[str]:
+    """The engine's own lines of a job log."""
+    return [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
+
+
+def verdict_of(logs: str) -> str | None:
+    """The engine's verdict on a run that did not finish, from its job log; None when it printed none."""
+    marker = LOG_MARK + VERDICT
+    found = [line[len(marker) :] for line in logs.splitlines() if line.startswith(marker)]
+    return found[-1].strip() if found else None
+
+
+def failure_text(job_id: str, status: str, message: str | None, logs: str, *, tail_lines: int = 20) -> str:
+    """Why a job did not succeed, cause first: the engine's verdict, then Ray's status, trial errors, the log's end."""
+    verdict = verdict_of(logs)
+    ray_says = f"Ray job {job_id} {status}" + (f": {message}" if message else "")
+    parts = [verdict if verdict else ray_says]
+    if verdict:
+        parts.append(f"({ray_says})")
+    trial_errors = [line[len(LOG_MARK) :] for line in progress_lines(logs) if " errored: " in line]
+    if trial_errors:
+        parts.append("Trial errors:\n  " + "\n  ".join(trial_errors[-10:]))
+    tail = "\n".join(line[:500] for line in logs.strip().splitlines()[-tail_lines:])
+    if tail:
+        parts.append(f"Last lines of the job log:\n{tail}")
+    return "\n".join(parts)
+
+
+# -- the result --------------------------------------------------------------------------------------------------------
+#: Keys of the XCom result; stable, documented in the README.
+RESULT_KEYS = (
+    "experiment",
+    "experiment_uri",
+    "job_id",
+    "metric",
+    "mode",
+    "best_trial_id",
+    "best_config",
+    "best_metrics",
+    "best_checkpoint_uri",
+    "num_trials",
+    "num_terminated",
+    "num_errored",
+    "dashboard_url",
+)
+
+
+def result_succeeded(manifest: Mapping[str, Any]) -> bool:
+    """Whether a result manifest is a finished, successful experiment (a failed one is kept only for diagnosis)."""
+    return manifest.get("status", "succeeded") == "succeeded"
+
+
+def xcom_result(manifest: Mapping[str, Any], job_id: str | None, dashboard_url: str | None) -> dict[str, Any]:
+    """The XCom result of a finished experiment: :data:`RESULT_KEYS` of its result manifest."""
+    out = {key: manifest.get(key) for key in RESULT_KEYS}
+    out["job_id"] = manifest.get("job_id") or job_id
+    out["dashboard_url"] = dashboard_url
+    return out
