@@ -85,13 +85,22 @@ def verdict_of(logs: str) -> str | None:
 def failure_text(job_id: str, status: str, message: str | None, logs: str, *, tail_lines: int = 20) -> str:
     """Why a job did not succeed, cause first: the engine's verdict, then Ray's status, trial errors, the log's end."""
     verdict = verdict_of(logs)
-    ray_says = f"Ray job {job_id} {status}" + (f": {message}" if message else "")
+    # Ray's message may carry the whole log ("last available logs ..."): its first sentence is enough here.
+    brief = (message or "").strip().splitlines()[0].split(", last available logs")[0] if message else ""
+    ray_says = f"Ray job {job_id} {status}" + (f": {brief}" if brief else "")
     parts = [verdict if verdict else ray_says]
     if verdict:
         parts.append(f"({ray_says})")
-    trial_errors = [line[len(LOG_MARK) :] for line in progress_lines(logs) if " errored: " in line]
-    if trial_errors:
-        parts.append("Trial errors:\n  " + "\n  ".join(trial_errors[-10:]))
+    by_trial: dict[str, str] = {}  # the last line about each trial
+    for line in progress_lines(logs):
+        head, sep, _ = line[len(LOG_MARK) :].partition(" errored: ")
+        if sep and head.startswith("trial "):
+            by_trial.pop(head, None)
+            by_trial[head] = line[len(LOG_MARK) :]
+    if by_trial:
+        shown = list(by_trial.values())
+        more = f"\n  ... and {len(shown) - 10} more" if len(shown) > 10 else ""
+        parts.append("Trial errors:\n  " + "\n  ".join(shown[:10]) + more)
     tail = "\n".join(line[:500] for line in logs.strip().splitlines()[-tail_lines:])
     if tail:
         parts.append(f"Last lines of the job log:\n{tail}")

@@ -23,3 +23,7 @@ class RayJobNotFoundError(RayJobError):
 
 class ExperimentConflictError(AirflowTuneException):
     """The experiment name is taken by an experiment with another spec (another run uses the same name)."""
+
+
+class ExperimentStorageError(AirflowTuneException):
+    """The experiment's storage (S3 or another filesystem) could not be read or written."""

@@ -142,7 +142,8 @@ def run(spec: ExperimentSpec) -> int:
     storage.write_json(result_uri, manifest)
     for trial in manifest["trials"]:
         if trial["error"]:
-            say(f"trial {trial['trial_id']} errored: {trial['error']}")
+            where = f" (full text: {trial['path']}/error.txt)" if trial.get("path") else ""
+            say(f"trial {trial['trial_id']} errored: {trial['error_summary']}{where}")
     say("result " + jsonsafe.dumps({k: v for k, v in manifest.items() if k != "trials"}))
     if failure:
         verdict(f"experiment {spec.name} failed: {failure}")

@@ -35,7 +35,12 @@ from airflow_tune.contract import (
     result_succeeded,
     xcom_result,
 )
-from airflow_tune.exceptions import ExperimentConflictError, RayConnectionError, RayJobError
+from airflow_tune.exceptions import (
+    ExperimentConflictError,
+    ExperimentStorageError,
+    RayConnectionError,
+    RayJobError,
+)
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.spec import ExperimentSpec, experiment_name_for, fingerprint_of, identity_differences
@@ -485,7 +490,13 @@ class RayTuneOperator(BaseOperator):
         ti = context["ti"]
         # The spec travels through storage, not in the job's environment: no size limit applies to it.
         spec_uri = job_spec_uri(spec.experiment_uri, job_id, uuid.uuid4().hex[:8])
-        storage.write_json(spec_uri, spec.to_dict())
+        try:
+            storage.write_json(spec_uri, spec.to_dict())
+        except OSError as exc:
+            raise ExperimentStorageError(
+                f"cannot write the experiment's spec to {spec_uri} ({exc}); check that the bucket of storage_path "
+                f"{spec.storage_path!r} exists and that Airflow workers may write to it"
+            ) from exc
         metadata = {
             METADATA_EXPERIMENT: spec.name,
             METADATA_EXPERIMENT_URI: spec.experiment_uri,

@@ -63,11 +63,43 @@ def test_a_trainable_that_raises_fails_the_task_within_seconds_naming_the_trial_
     assert run.task_states() == {"tune": "failed"}
     [error] = run.errors("tune")
     text = str(error)
-    assert "boom: bad x=1" in text and "boom: bad x=2" in text, text
-    assert "FAILED" in text
+    name = experiment(f"aft_boom_{mode}", run.run_id)
+    # The engine's verdict comes first; Ray's generic status line after it.
+    assert text.splitlines()[0] == f"experiment {name} failed: all 2 trials errored", text[:2000]
+    assert "FAILED" in text.splitlines()[1] and "last available logs" not in text.splitlines()[1]
+    # Each trial error: the exception's own line, and where its full text is kept.
+    trial_errors = text.split("Trial errors:\n", 1)[1].split("Last lines of the job log:", 1)[0]
+    for x in (1, 2):
+        [line] = [ln for ln in trial_errors.splitlines() if f"ValueError: boom: bad x={x}" in ln]
+        assert " errored: ValueError: boom: bad x=" in line and "(full text: s3://" in line and "/error.txt)" in line
     assert run.seconds < 60, f"the failure took {run.seconds:.0f}s"
     [job] = jobs_of(experiment(f"aft_boom_{mode}", run.run_id))
     assert job["status"] == "FAILED"
+
+
+@pytest.mark.timeout(120)
+def test_an_unimportable_trainable_fails_with_the_engines_verdict_first():
+    run = run_dag(load_dag("aft_unimportable"), logical_date=_unique_date())
+    assert run.state == "failed"
+    [error] = run.errors("tune")
+    first = str(error).splitlines()[0]
+    name = experiment("aft_unimportable", run.run_id)
+    assert first.startswith(
+        f"experiment {name} failed: EngineError: trainable 'no_such_pkg.train:fn': cannot import module 'no_such_pkg.train' "
+        "on the cluster"
+    ), str(error)[:2000]
+    assert "ship it with the job" in first
+
+
+@pytest.mark.timeout(60)
+def test_a_missing_bucket_fails_before_any_job_naming_the_bucket():
+    run = run_dag(load_dag("aft_no_bucket"), logical_date=_unique_date())
+    assert run.state == "failed"
+    [error] = run.errors("tune")
+    first = str(error).splitlines()[0]
+    assert first.startswith("cannot write the experiment's spec to s3://no-such-bucket-aft/experiments/"), first
+    assert "bucket does not exist" in first and "Airflow workers may write to it" in first, first
+    assert jobs_of(experiment("aft_no_bucket", run.run_id)) == []
 
 
 @pytest.mark.timeout(60)

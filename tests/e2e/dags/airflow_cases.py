@@ -33,7 +33,7 @@ def _tune(task_id: str = "tune", trainable: str = "tune_testkit.airflow_cases:st
     return RayTuneOperator(
         task_id=task_id,
         trainable=trainable,
-        storage_path=STORAGE,
+        storage_path=kwargs.pop("storage_path", STORAGE),
         metric="loss",
         mode=kwargs.pop("mode", "min"),
         param_space=SPACE,
@@ -81,3 +81,9 @@ with _dag("aft_retry") as retry:
 
 with _dag("aft_bad_spec") as bad_spec:
     _tune(mode="maximize")
+
+with _dag("aft_unimportable") as unimportable:
+    _tune(trainable="no_such_pkg.train:fn")
+
+with _dag("aft_no_bucket") as no_bucket:
+    _tune(storage_path="s3://no-such-bucket-aft/experiments")
