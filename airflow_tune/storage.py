@@ -8,12 +8,45 @@ modules import this one at DAG-parse time.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow.fs
+
+#: How S3 requests ride out a slow or paused endpoint. A request waits this long for its next byte before it counts
+#: as failed (the AWS SDK's default is 3 s, so a 20 s pause of the endpoint failed every trial), and each call is tried
+#: up to ``S3_MAX_ATTEMPTS`` times. Set on the cluster's nodes (and the Airflow workers) to change them.
+S3_REQUEST_TIMEOUT_ENV = "AIRFLOW_TUNE_S3_REQUEST_TIMEOUT_S"
+S3_CONNECT_TIMEOUT_ENV = "AIRFLOW_TUNE_S3_CONNECT_TIMEOUT_S"
+S3_MAX_ATTEMPTS_ENV = "AIRFLOW_TUNE_S3_MAX_ATTEMPTS"
+S3_DEFAULTS = {S3_REQUEST_TIMEOUT_ENV: 60.0, S3_CONNECT_TIMEOUT_ENV: 10.0, S3_MAX_ATTEMPTS_ENV: 5}
+
+
+def _setting(name: str) -> float:
+    try:
+        return float(os.environ.get(name, S3_DEFAULTS[name]))
+    except ValueError:
+        return float(S3_DEFAULTS[name])
+
+
+@functools.lru_cache(maxsize=32)
+def _filesystem(scheme: str, bucket: str, endpoint: str, settings: tuple[float, float, int]) -> pyarrow.fs.FileSystem:
+    """One filesystem per bucket (resolving a bucket's region costs a request); S3 with patient timeouts."""
+    import pyarrow.fs
+
+    fs, _ = pyarrow.fs.FileSystem.from_uri(f"{scheme}://{bucket}")
+    if not isinstance(fs, pyarrow.fs.S3FileSystem):
+        return fs
+    request_timeout, connect_timeout, attempts = settings
+    # The options from_uri resolved (region, endpoint from AWS_ENDPOINT_URL, ...), as S3FileSystem takes them back.
+    options = dict(fs.__reduce__()[1][0])
+    options.update(request_timeout=request_timeout, connect_timeout=connect_timeout)
+    return pyarrow.fs.S3FileSystem(
+        **options, retry_strategy=pyarrow.fs.AwsStandardS3RetryStrategy(max_attempts=int(attempts))
+    )
 
 
 def resolve(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
@@ -22,8 +55,22 @@ def resolve(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
 
     if "://" not in uri:
         return pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
-    fs, path = pyarrow.fs.FileSystem.from_uri(uri)
-    return fs, path
+    scheme, rest = uri.split("://", 1)
+    if scheme not in ("s3", "gs", "gcs"):
+        return pyarrow.fs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
+    bucket = rest.split("/", 1)[0]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    settings = (_setting(S3_REQUEST_TIMEOUT_ENV), _setting(S3_CONNECT_TIMEOUT_ENV), int(_setting(S3_MAX_ATTEMPTS_ENV)))
+    return _filesystem(scheme, bucket, endpoint, settings), rest.rstrip("/")
+
+
+def tune_storage(storage_path: str) -> tuple[str, pyarrow.fs.FileSystem | None]:
+    """What to give Tune as ``storage_path`` and ``storage_filesystem``: an object store through :func:`resolve`'s
+    patient filesystem (Tune wants the path without its scheme then); anything else as it is."""
+    if "://" not in storage_path or storage_path.split("://", 1)[0] not in ("s3", "gs", "gcs"):
+        return storage_path, None
+    fs, path = resolve(storage_path)
+    return path, fs
 
 
 def with_scheme(storage_uri: str, path: str) -> str:

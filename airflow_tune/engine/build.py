@@ -286,9 +286,11 @@ def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConf
         checkpoint_frequency=ckpt.frequency,
         checkpoint_at_end=checkpoint_at_end(spec),
     )
+    storage_path, storage_filesystem = storage.tune_storage(spec.storage_path)
     return tune.RunConfig(
         name=spec.name,
-        storage_path=spec.storage_path,
+        storage_path=storage_path,
+        storage_filesystem=storage_filesystem,
         stop=dict(spec.stop) if spec.stop else None,
         checkpoint_config=checkpoint_config,
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
@@ -351,9 +353,11 @@ def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner,
     keep_credentials_out_of_trials()
     trainable = build_trainable(spec)
     if experiment_state_exists(spec):
+        experiment_path, storage_filesystem = storage.tune_storage(spec.experiment_uri)
         tuner = tune.Tuner.restore(
-            spec.experiment_uri,
+            experiment_path,
             trainable,
+            storage_filesystem=storage_filesystem,
             resume_unfinished=True,
             resume_errored=spec.errored_trials == "resume",
             restart_errored=spec.errored_trials == "restart",

@@ -85,8 +85,8 @@ def test_an_unimportable_trainable_fails_with_the_engines_verdict_first():
     first = str(error).splitlines()[0]
     name = experiment("aft_unimportable", run.run_id)
     assert first.startswith(
-        f"experiment {name} failed: EngineError: trainable 'no_such_pkg.train:fn': cannot import module 'no_such_pkg.train' "
-        "on the cluster"
+        f"experiment {name} failed: EngineError: trainable 'no_such_pkg.train:fn': "
+        "cannot import module 'no_such_pkg.train' on the cluster"
     ), str(error)[:2000]
     assert "ship it with the job" in first
 

@@ -1,5 +1,6 @@
 """The cluster's S3 credentials never reach Ray's logs: Ray Tune 2.60 copies the driver's AWS_* into each trial's
-runtime_env, and Ray's runtime-env agent logs every runtime_env it creates, for anyone with the dashboard's log viewer."""
+runtime_env, and Ray's runtime-env agent logs every runtime_env it creates, for anyone with the dashboard's log
+viewer."""
 
 from __future__ import annotations
 

@@ -75,6 +75,11 @@ for _mode in ("blocking", "deferred"):
         _tune(deferrable=_mode == "deferred", execution_timeout=timedelta(seconds=10))
     globals()[f"timeout_{_mode}"] = _timeout_dag
 
+    with _dag(f"aft_pause_{_mode}") as _pause_dag:
+        # No retries: a paused S3 endpoint must be ridden out within the one try.
+        _tune(deferrable=_mode == "deferred", retries=0)
+    globals()[f"pause_{_mode}"] = _pause_dag
+
 with _dag("aft_retry") as retry:
     # One retry at once: a try that fails because its Ray job was stopped is followed by one that resumes.
     _tune(retries=1, retry_delay=timedelta(seconds=0))
