@@ -124,7 +124,9 @@ class RayTuneOperator(BaseOperator):
     :param trainable_kwargs: JSON keyword arguments for the trainable (``tune.with_parameters``).
     :param errored_trials: on restore, ``resume``, ``restart`` or ``keep`` errored trials.
     :param best_scope: Tune's scope for picking the best trial (``last``, ``all``, ...).
-    :param experiment_name: the experiment's name; by default derived from dag, task, map index and run id.
+    :param experiment_name: the experiment's name; by default derived from dag, task, map index and run id. One name
+        is one experiment: a run that reuses a name with another spec (search space, trainable, metric, ...) is
+        refused, naming what differs.
     :param warm_start: seed the search with a known good config, tried first: a model registry URI (its champion's
         config, see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`) or a config dict (an XCom).
         Only the keys the search space samples are used.
