@@ -1,0 +1,75 @@
+"""The experiment spec, as plain JSON: the one input both sides share.
+
+- :mod:`~airflow_tune.spec.space`: the search-space grammar (primitives, their checks, what Tune would run as code,
+  the import paths a space names, a JSON schema for trigger forms);
+- :mod:`~airflow_tune.spec.parts`: scheduler, searcher, resources, checkpoints, failures, each checking itself;
+- :mod:`~airflow_tune.spec.experiment`: the whole spec, its cross-field checks and its identity (fingerprint);
+- :mod:`~airflow_tune.spec.naming`: experiment names and storage paths.
+
+Imports neither airflow nor ray.
+"""
+
+from airflow_tune.spec.errors import SpecError
+from airflow_tune.spec.experiment import (
+    BEST_SCOPES,
+    ERRORED_TRIAL_POLICIES,
+    IDENTITY_FIELDS,
+    SPEC_VERSION,
+    ExperimentSpec,
+    code_references,
+    fingerprint_of,
+    identity_differences,
+    identity_of,
+)
+from airflow_tune.spec.naming import STORAGE_SCHEMES, experiment_name_for
+from airflow_tune.spec.parts import (
+    PLACEMENT_STRATEGIES,
+    SCHEDULER_ALIASES,
+    SCHEDULERS,
+    SEARCHERS,
+    CheckpointSpec,
+    FailureSpec,
+    ResourcesSpec,
+    SchedulerSpec,
+    SearchSpec,
+)
+from airflow_tune.spec.space import (
+    IMPORT_PATH,
+    PRIMITIVES,
+    TUNE_CODE_KEYS,
+    non_finite_numbers,
+    primitive_of,
+    search_space_schema,
+    tune_code_nodes,
+)
+
+__all__ = [
+    "BEST_SCOPES",
+    "ERRORED_TRIAL_POLICIES",
+    "IDENTITY_FIELDS",
+    "IMPORT_PATH",
+    "PLACEMENT_STRATEGIES",
+    "PRIMITIVES",
+    "SCHEDULERS",
+    "SCHEDULER_ALIASES",
+    "SEARCHERS",
+    "SPEC_VERSION",
+    "STORAGE_SCHEMES",
+    "TUNE_CODE_KEYS",
+    "CheckpointSpec",
+    "ExperimentSpec",
+    "FailureSpec",
+    "ResourcesSpec",
+    "SchedulerSpec",
+    "SearchSpec",
+    "SpecError",
+    "code_references",
+    "experiment_name_for",
+    "fingerprint_of",
+    "identity_differences",
+    "identity_of",
+    "non_finite_numbers",
+    "primitive_of",
+    "search_space_schema",
+    "tune_code_nodes",
+]

@@ -1,0 +1,360 @@
+"""The experiment spec: everything a tuning experiment needs, as plain JSON, validated before anything is submitted.
+
+Imports neither airflow nor ray: the Airflow side validates with it at task time, the engine builds the Tuner from it
+on the cluster. Every error names the field, the value and the fix, and all of them are listed at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from airflow_tune.contract import join_uri
+from airflow_tune.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number, show
+from airflow_tune.spec.naming import check_name, check_storage
+from airflow_tune.spec.parts import (
+    PARTS,
+    CheckpointSpec,
+    FailureSpec,
+    ResourcesSpec,
+    SchedulerSpec,
+    SearchSpec,
+    build_part,
+    normalize_part,
+)
+from airflow_tune.spec.space import (
+    IMPORT_PATH,
+    check_param_space,
+    grids,
+    non_finite_numbers,
+    primitive_of,
+    space_code_references,
+    tune_code_nodes,
+)
+
+SPEC_VERSION = 1
+ERRORED_TRIAL_POLICIES = ("resume", "restart", "keep")
+BEST_SCOPES = ("last", "all", "last-5-avg", "last-10-avg", "avg")
+
+_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*\Z")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentSpec:
+    """A Ray Tune experiment as plain JSON. Build it with :meth:`from_dict`, which validates every field.
+
+    :param trainable: import path of a function or ``tune.Trainable`` subclass, ``"package.module:attr"``.
+    :param name: experiment name, unique in ``storage_path``; a rerun with the same name restores the experiment.
+    :param storage_path: where Tune keeps state and checkpoints: ``s3://bucket/prefix``, an absolute path, or a
+        pyarrow filesystem URI.
+    :param metric: the metric to optimize, as the trainable reports it.
+    :param mode: ``"min"`` or ``"max"``.
+    :param param_space: the declarative search space (see :data:`PRIMITIVES`).
+    :param errored_trials: what a rerun does with trials that errored: resume from their checkpoint, restart them
+        from scratch, or keep them as errored.
+    """
+
+    trainable: str
+    name: str
+    storage_path: str
+    metric: str
+    mode: Literal["min", "max"]
+    param_space: dict[str, Any] = field(default_factory=dict)
+    trainable_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_samples: int = 1
+    max_concurrent_trials: int | None = None
+    reuse_actors: bool = False
+    time_budget_s: float | None = None
+    stop: dict[str, float] | None = None
+    scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
+    search: SearchSpec = field(default_factory=SearchSpec)
+    points_to_evaluate: list[dict[str, Any]] | None = None
+    resources: ResourcesSpec | None = None
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    failure: FailureSpec = field(default_factory=FailureSpec)
+    errored_trials: Literal["resume", "restart", "keep"] = "resume"
+    best_scope: str = "last"
+    progress_interval_s: float = 10.0
+    version: int = SPEC_VERSION
+
+    # -- JSON in/out ----------------------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExperimentSpec:
+        """Validate ``data`` and build the spec; raise :class:`SpecError` listing every problem."""
+        errors = Errors()
+        if not isinstance(data, Mapping):
+            raise SpecError([f"spec = {show(data)}: must be a JSON object; pass a dict of the spec's fields"])
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                close = did_you_mean(key, sorted(known))
+                errors.add(
+                    str(key),
+                    data[key],
+                    "unknown field",
+                    f"did you mean {close!r}?" if close else f"known fields: {', '.join(sorted(known))}",
+                )
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                continue
+            if key in PARTS and value is not None:
+                part = build_part(key, value, errors)
+                if part is not None:
+                    kwargs[key] = part
+            elif key in PARTS and value is None and key != "resources":
+                continue
+            else:
+                kwargs[key] = value
+        for required in ("trainable", "name", "storage_path", "metric", "mode"):
+            if data.get(required) in (None, ""):
+                errors.add(required, data.get(required), "is required", _REQUIRED_FIX[required])
+        _validate_fields(kwargs, errors)
+        _check_data_only(data, errors)
+        errors.raise_if_any()
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> ExperimentSpec:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError([f"spec is not valid JSON: {exc}; check quotes and commas"]) from None
+        except TypeError:
+            raise SpecError([f"spec = {show(text)}: is not JSON text; pass a str (or use from_dict)"]) from None
+        return cls.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, **kwargs: Any) -> str:
+        kwargs.setdefault("sort_keys", True)
+        return json.dumps(self.to_dict(), allow_nan=False, **kwargs)
+
+    # -- derived --------------------------------------------------------------------------------------------------
+    @property
+    def experiment_uri(self) -> str:
+        return join_uri(self.storage_path, self.name)
+
+    def identity(self) -> dict[str, Any]:
+        """What question the experiment answers: the fields two runs of one experiment name must agree on.
+
+        A restored Tune experiment keeps its search space, trainable, scheduler and searcher whatever a rerun asks, and
+        a finished one's result answers the question it was asked. Policies (resources, checkpoints, failures,
+        budgets, progress) and warm-start points may change between tries.
+        """
+        return identity_of(self.to_dict())
+
+    def fingerprint(self) -> str:
+        return fingerprint_of(self.to_dict())
+
+
+IDENTITY_FIELDS = (
+    "trainable",
+    "param_space",
+    "trainable_kwargs",
+    "metric",
+    "mode",
+    "num_samples",
+    "stop",
+    "scheduler",
+    "search",
+)
+
+
+def identity_of(spec_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """:meth:`ExperimentSpec.identity` of a spec as a dict (e.g. a ``spec.json`` written by an earlier run)."""
+    return {name: spec_dict.get(name) for name in IDENTITY_FIELDS}
+
+
+def fingerprint_of(spec_dict: Mapping[str, Any]) -> str:
+    text = json.dumps(identity_of(spec_dict), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def identity_differences(before: Mapping[str, Any], after: Mapping[str, Any], limit: int = 6) -> list[str]:
+    """Where two specs (as dicts) ask different questions, each as ``path: old -> new``, down to the differing keys."""
+    found: list[str] = []
+
+    def walk(path: str, a: Any, b: Any) -> None:
+        if a == b:
+            return
+        nodes = isinstance(a, Mapping) and isinstance(b, Mapping)
+        if nodes and primitive_of(a) is None and primitive_of(b) is None:
+            for key in [*a, *(k for k in b if k not in a)]:
+                walk(f"{path}.{key}", a.get(key, "<unset>"), b.get(key, "<unset>"))
+        else:
+            found.append(f"{path}: {show(a)} -> {show(b)}")
+
+    a, b = identity_of(before), identity_of(after)
+    for name in IDENTITY_FIELDS:
+        walk(name, a[name], b[name])
+    return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])
+
+
+_REQUIRED_FIX = {
+    "trainable": 'give the import path of a function or Trainable class, e.g. "my_pkg.train:train_fn"',
+    "name": "give an experiment name (the Airflow operator derives one from the task instance)",
+    "storage_path": 'give where checkpoints go, e.g. "s3://my-bucket/experiments"',
+    "metric": 'name the metric the trainable reports, e.g. "loss"',
+    "mode": 'say "min" or "max"',
+}
+
+
+def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
+    trainable = kw.get("trainable")
+    if trainable is not None and (not isinstance(trainable, str) or not IMPORT_PATH.match(trainable)):
+        errors.add(
+            "trainable",
+            trainable,
+            "not an import path",
+            'write "package.module:function_or_class" (the module must be importable on the cluster)',
+        )
+    name = kw.get("name")
+    if name not in (None, ""):
+        check_name(name, errors)
+    storage = kw.get("storage_path")
+    if storage not in (None, ""):
+        check_storage(storage, errors)
+    metric, mode = kw.get("metric"), kw.get("mode")
+    if metric not in (None, "") and (not isinstance(metric, str) or not _METRIC_NAME.match(metric)):
+        errors.add("metric", metric, "not a metric name", 'use the key the trainable reports, e.g. "loss"')
+    if mode not in (None, "") and mode not in ("min", "max"):
+        errors.add("mode", mode, "must be 'min' or 'max'", 'say "min" to minimize the metric, "max" to maximize it')
+    space = kw.get("param_space", {})
+    if not isinstance(space, Mapping):
+        errors.add("param_space", space, "must be a JSON object", 'write {"lr": {"loguniform": [1e-4, 1e-1]}, ...}')
+    else:
+        check_param_space(space, "param_space", errors)
+    tk = kw.get("trainable_kwargs", {})
+    if not isinstance(tk, Mapping):
+        errors.add("trainable_kwargs", tk, "must be a JSON object", "pass keyword arguments as {name: value}")
+    else:
+        try:
+            json.dumps(tk)
+        except (TypeError, ValueError):
+            errors.add("trainable_kwargs", tk, "is not JSON", "pass only JSON values (numbers, strings, lists, dicts)")
+    _check_int(kw, "num_samples", errors, minimum=1, fix="give how many times to sample the space, e.g. 8")
+    _check_int(kw, "max_concurrent_trials", errors, minimum=1, optional=True, fix="give a positive limit or null")
+    if "reuse_actors" in kw and not isinstance(kw["reuse_actors"], bool):
+        errors.add("reuse_actors", kw["reuse_actors"], "must be true or false", "write true or false")
+    tb = kw.get("time_budget_s")
+    if tb is not None and (not is_number(tb) or tb <= 0):
+        errors.add("time_budget_s", tb, "must be a positive number of seconds", "give e.g. 3600, or null")
+    pi = kw.get("progress_interval_s", 10.0)
+    if not is_number(pi) or pi < 0.5:
+        errors.add("progress_interval_s", pi, "must be a number >= 0.5", "give e.g. 10")
+    stop = kw.get("stop")
+    if stop is not None:
+        if not isinstance(stop, Mapping) or not stop:
+            errors.add("stop", stop, "must be an object of metric thresholds", 'write {"training_iteration": 10}')
+        else:
+            for k, v in stop.items():
+                # Tune stops a trial once result[k] >= v; a boolean such as {"done": True} works the same way.
+                if not (is_number(v) or isinstance(v, bool)):
+                    errors.add(
+                        f"stop.{k}", v, "must be a number or true/false", "give the value at which a trial stops"
+                    )
+    _check_searcher_and_space(kw, errors)
+    ptes = kw.get("points_to_evaluate")
+    if ptes is not None:
+        if not isinstance(ptes, list) or not all(isinstance(p, Mapping) for p in ptes):
+            errors.add("points_to_evaluate", ptes, "must be a list of configs", 'write [{"lr": 0.01}, ...]')
+        elif isinstance(space, Mapping):
+            for i, point in enumerate(ptes):
+                unknown = [k for k in point if k not in space]
+                if unknown:
+                    errors.add(
+                        f"points_to_evaluate[{i}]",
+                        point,
+                        f"names parameters not in param_space: {', '.join(unknown)}",
+                        "use the param_space's keys",
+                    )
+    et = kw.get("errored_trials", "resume")
+    if et not in ERRORED_TRIAL_POLICIES:
+        errors.add("errored_trials", et, "unknown policy", f"use one of {', '.join(ERRORED_TRIAL_POLICIES)}")
+    scope = kw.get("best_scope", "last")
+    if scope not in BEST_SCOPES:
+        errors.add("best_scope", scope, "unknown scope", f"use one of {', '.join(BEST_SCOPES)}")
+    version = kw.get("version", SPEC_VERSION)
+    if not is_int(version) or version != SPEC_VERSION:
+        errors.add("version", version, "unsupported spec version", f"this engine reads version {SPEC_VERSION}")
+
+
+def _check_data_only(data: Mapping[str, Any], errors: Errors) -> None:
+    """A spec is strict JSON data: no node Tune runs as code and no NaN or infinity, in any field at any depth.
+
+    Looks at the fields as given (a part that failed its own checks is looked at too), after the other checks, so a
+    number a field's own check named already is not named twice.
+    """
+    for key, value in data.items():
+        plain = normalize_part(key, value) if key in PARTS else value
+        for where, node in tune_code_nodes(plain, key):
+            errors.add(
+                where,
+                node,
+                'Ray Tune runs {"eval": ...} as Python code, so a spec never carries it',
+                "give a plain value, or a sample_from import path written in the DAG file",
+            )
+        for where, number in non_finite_numbers(plain, key):
+            named = {item.split(" = ", 1)[0] for item in errors.items}
+            # A field's own check may have named this number already (e.g. the bounds of a uniform).
+            if any(where[: m.start()] in named for m in re.finditer(r"[.\[]|$", where)):
+                continue
+            errors.add(
+                where,
+                number,
+                "not a finite number (strict JSON has no NaN or infinity)",
+                "give a finite number, or null or a string that the trainable converts",
+            )
+
+
+def _check_int(kw: dict[str, Any], key: str, errors: Errors, *, minimum: int, fix: str, optional: bool = False) -> None:
+    if key not in kw:
+        return
+    value = kw[key]
+    if value is None and optional:
+        return
+    if not is_int(value) or value < minimum:
+        errors.add(key, value, f"must be an integer >= {minimum}", fix)
+
+
+def _check_searcher_and_space(kw: dict[str, Any], errors: Errors) -> None:
+    """Searchers other than random/grid sample from distributions: they cannot take a grid_search."""
+    search, space = kw.get("search"), kw.get("param_space", {})
+    if not isinstance(search, SearchSpec) or search.factory is not None or not isinstance(space, Mapping):
+        return
+    name = str(search.name).lower()
+    if name not in ("random", "grid"):
+        for path, node in grids(space, "param_space"):
+            errors.add(
+                path,
+                node,
+                f"the {name} searcher cannot sample grid_search",
+                'use "choice", or the random/grid searcher',
+            )
+
+
+def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
+    """Every import path of a spec, with its field: the code the cluster imports and runs for this experiment.
+
+    ``trainable``, ``scheduler.factory``, ``search.factory`` and each ``sample_from`` in ``param_space`` or in PBT's
+    ``hyperparam_mutations``. Everything else in a spec is data.
+    """
+    refs: list[tuple[str, str]] = [("trainable", spec.trainable)]
+    if spec.scheduler.factory:
+        refs.append(("scheduler.factory", spec.scheduler.factory))
+    if spec.search.factory:
+        refs.append(("search.factory", spec.search.factory))
+    for key, node in spec.param_space.items():
+        refs += space_code_references(node, f"param_space.{key}")
+    mutations = spec.scheduler.args.get("hyperparam_mutations") if isinstance(spec.scheduler.args, Mapping) else None
+    if isinstance(mutations, Mapping):
+        for key, node in mutations.items():
+            if not isinstance(node, list):  # a list of values is data; anything else is a search-space node
+                refs += space_code_references(node, f"scheduler.args.hyperparam_mutations.{key}")
+    return refs

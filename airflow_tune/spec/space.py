@@ -1,0 +1,246 @@
+"""The search-space grammar: declarative JSON primitives (``{"loguniform": [1e-4, 1e-1]}``), their checks, the forms
+Ray Tune would run as code, the import paths a space names, and the JSON schema a trigger form can check a space with.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_tune.spec.errors import Errors, is_int, is_number
+
+#: Search-space primitives and how many positional arguments each takes (min, max).
+PRIMITIVES: dict[str, tuple[int, int]] = {
+    "uniform": (2, 2),
+    "quniform": (3, 3),
+    "loguniform": (2, 3),
+    "qloguniform": (3, 4),
+    "randn": (0, 2),
+    "qrandn": (3, 3),
+    "randint": (2, 2),
+    "qrandint": (2, 3),
+    "lograndint": (2, 3),
+    "qlograndint": (3, 4),
+    "choice": (1, 1),
+    "grid_search": (1, 1),
+    "sample_from": (1, 1),
+    "const": (1, 1),
+}
+_INT_PRIMITIVES = {"randint", "qrandint", "lograndint", "qlograndint"}
+_LOG_PRIMITIVES = {"loguniform", "qloguniform", "lograndint", "qlograndint"}
+
+# ``\Z``, not ``$``: ``$`` also matches before a trailing newline, which would let "name\n" through.
+IMPORT_PATH = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+)
+
+
+def primitive_of(node: Any) -> str | None:
+    """The primitive a search-space node names (``{"uniform": [0, 1]}`` -> ``"uniform"``), or None for a plain value."""
+    if isinstance(node, Mapping) and len(node) == 1:
+        (key,) = node.keys()
+        if key in PRIMITIVES:
+            return str(key)
+    return None
+
+
+def check_param_space(space: Mapping[str, Any], path: str, errors: Errors) -> None:
+    """The root of a search space maps parameter names to nodes; it is never a primitive itself (a parameter may be
+    called "choice" or "sample"), which is also how the engine reads it."""
+    for key, child in space.items():
+        if not isinstance(key, str):
+            errors.add(path, key, "search-space keys must be strings", "use string parameter names")
+            continue
+        check_space(child, f"{path}.{key}", errors)
+
+
+def check_space(node: Any, path: str, errors: Errors) -> None:
+    name = primitive_of(node)
+    if name is None:
+        if isinstance(node, Mapping):
+            if len(node) == 1:
+                (key,) = node.keys()
+                close = [p for p in PRIMITIVES if p.replace("_", "") == str(key).lower().replace("_", "")]
+                if close or str(key).lower() in ("normal", "lognormal", "loguniform_int", "sample"):
+                    errors.add(
+                        path,
+                        node,
+                        f"unknown search-space primitive {key!r}",
+                        f"use one of {', '.join(PRIMITIVES)}"
+                        + (f" (did you mean {close[0]!r}?)" if close else "")
+                        + ', or {"const": {...}} for a plain nested value',
+                    )
+                    return
+            check_param_space(node, path, errors)
+            return
+        if isinstance(node, list):
+            for i, child in enumerate(node):
+                if primitive_of(child) is not None:
+                    check_space(child, f"{path}[{i}]", errors)
+        return
+    args = node[name]
+    if name in ("choice", "grid_search"):
+        if not isinstance(args, list) or not args:
+            errors.add(path, node, f"{name} needs a non-empty list of values", f'write {{"{name}": [v1, v2, ...]}}')
+        return
+    if name == "sample_from":
+        if not isinstance(args, str) or not IMPORT_PATH.match(args):
+            errors.add(
+                path,
+                node,
+                "sample_from takes an import path, never code",
+                'write {"sample_from": "package.module:function"}; the function receives the config',
+            )
+        return
+    if name == "const":
+        return
+    low_n, high_n = PRIMITIVES[name]
+    if isinstance(args, Mapping):
+        args = list(args.values())
+    if not isinstance(args, list):
+        errors.add(path, node, f"{name} takes a list of numbers", f'write {{"{name}": [{_arg_names(name)}]}}')
+        return
+    if not (low_n <= len(args) <= high_n):
+        errors.add(path, node, f"{name} takes {_arg_names(name)}", f'write {{"{name}": [{_arg_names(name)}]}}')
+        return
+    if not all(is_number(a) for a in args):
+        errors.add(path, node, f"{name} takes finite numbers only", f"write [{_arg_names(name)}] as numbers")
+        return
+    if name in ("randn", "qrandn"):
+        if len(args) >= 2 and args[1] <= 0:
+            errors.add(path, node, "the standard deviation must be > 0", "give a positive sd")
+        if name == "qrandn" and args[2] <= 0:
+            errors.add(path, node, "q must be > 0", "give a positive quantization step")
+        return
+    low, high = args[0], args[1]
+    if low >= high:
+        errors.add(path, node, f"lower bound {low} is not below upper bound {high}", "swap or widen the bounds")
+    if name in _LOG_PRIMITIVES and low <= 0:
+        errors.add(path, node, f"{name} needs a lower bound > 0 (log scale)", "use a positive lower bound")
+    if name in _INT_PRIMITIVES and not (is_int(low) and is_int(high)):
+        errors.add(path, node, f"{name} needs integer bounds", "write the bounds without a decimal point")
+    if name in ("quniform", "qloguniform", "qrandint", "qlograndint") and len(args) >= 3:
+        q = args[2]
+        if q <= 0:
+            errors.add(path, node, "q must be > 0", "give a positive quantization step")
+        elif name in ("qrandint", "qlograndint") and not is_int(q):
+            errors.add(path, node, "q must be an integer for integer primitives", "use an integer step")
+    base_at = 3 if name in ("qloguniform", "qlograndint") else 2
+    if name in _LOG_PRIMITIVES and len(args) > base_at and args[base_at] <= 1:
+        errors.add(path, node, "the log base must be > 1", "use base 10 or e")
+
+
+def _arg_names(name: str) -> str:
+    return {
+        "uniform": "low, high",
+        "quniform": "low, high, q",
+        "loguniform": "low, high[, base]",
+        "qloguniform": "low, high, q[, base]",
+        "randn": "[mean, sd]",
+        "qrandn": "mean, sd, q",
+        "randint": "low, high",
+        "qrandint": "low, high[, q]",
+        "lograndint": "low, high[, base]",
+        "qlograndint": "low, high, q[, base]",
+    }.get(name, "values")
+
+
+def grids(node: Any, path: str) -> list[tuple[str, Any]]:
+    """Every grid_search node in a space, with its path."""
+    if primitive_of(node) == "grid_search":
+        return [(path, node)]
+    if isinstance(node, Mapping) and primitive_of(node) is None:
+        return [g for k, v in node.items() for g in grids(v, f"{path}.{k}")]
+    return []
+
+
+#: Ray Tune 2.60 runs a dict whose only key is ``"eval"`` as Python, at any depth of a config, a sampled ``choice``
+#: value or a point to evaluate (``ray/tune/search/variant_generator.py``, ``_try_resolve``: ``eval(v["eval"], ...)``).
+#: It is the only JSON form Tune turns into a call (``grid_search`` expands to values; ``Domain`` and callables cannot
+#: be written in JSON). No spec may carry it anywhere: a spec is data.
+TUNE_CODE_KEYS = frozenset({"eval"})
+
+
+def tune_code_nodes(value: Any, path: str) -> list[tuple[str, Any]]:
+    """Every node below ``value`` that Ray Tune would run as code (``{"eval": ...}``), with its path."""
+    found: list[tuple[str, Any]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, Mapping):
+            if len(node) == 1 and next(iter(node.keys())) in TUNE_CODE_KEYS:
+                found.append((where, node))
+                continue
+            stack.extend((f"{where}.{k}", v) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+    return sorted(found, key=lambda item: item[0])
+
+
+def non_finite_numbers(value: Any, path: str) -> list[tuple[str, float]]:
+    """Every NaN or infinite float below ``value``, with its path: strict JSON has no such numbers."""
+    found: list[tuple[str, float]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            found.append((where, node))
+        elif isinstance(node, Mapping):
+            stack.extend((f"{where}.{k}", v) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+    return sorted(found, key=lambda item: item[0])
+
+
+def space_code_references(node: Any, path: str) -> list[tuple[str, str]]:
+    """The ``sample_from`` import paths of a search-space node, where the engine resolves them (not inside const)."""
+    name = primitive_of(node)
+    if name == "sample_from":
+        return [(path, node["sample_from"])] if isinstance(node["sample_from"], str) else []
+    if name == "const":
+        return []
+    if name in ("choice", "grid_search"):
+        values = node[name] if isinstance(node[name], list) else []
+        return [ref for i, v in enumerate(values) for ref in space_code_references(v, f"{path}.{name}[{i}]")]
+    if name is not None:
+        return []
+    if isinstance(node, Mapping):
+        return [ref for k, v in node.items() for ref in space_code_references(v, f"{path}.{k}")]
+    if isinstance(node, list):
+        return [ref for i, v in enumerate(node) for ref in space_code_references(v, f"{path}[{i}]")]
+    return []
+
+
+_SCALAR_SCHEMA: dict[str, Any] = {"type": ["number", "string", "boolean", "null"]}
+
+
+def search_space_schema(primitives: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """A JSON schema of a flat search space: each parameter is one primitive with its exact arguments.
+
+    For trigger forms (Airflow ``Param``): values inside ``choice``/``grid_search`` are scalars, and no other key is
+    accepted anywhere, so a form cannot carry nested configs. The operator's own checks still apply to what passes.
+
+    :param primitives: the primitives to offer; by default every number primitive plus choice and grid_search.
+    """
+    numbers = {"type": "array", "items": {"type": "number"}}
+    offered = primitives or tuple(p for p in PRIMITIVES if p not in ("sample_from", "const"))
+    options = []
+    for name in offered:
+        if name not in PRIMITIVES or name in ("sample_from", "const"):
+            raise ValueError(f"primitive {name!r}: a form offers only {', '.join(PRIMITIVES)} minus sample_from/const")
+        low, high = PRIMITIVES[name]
+        if name in ("choice", "grid_search"):
+            args: dict[str, Any] = {"type": "array", "minItems": 1, "items": _SCALAR_SCHEMA}
+        else:
+            args = {**numbers, "minItems": low, "maxItems": high}
+        options.append(
+            {"type": "object", "properties": {name: args}, "required": [name], "additionalProperties": False}
+        )
+    return {
+        "type": "object",
+        "minProperties": 1,
+        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+        "additionalProperties": {"oneOf": options},
+    }
