@@ -13,6 +13,10 @@ class RayConnectionError(AirflowTuneException):
     """The Ray dashboard could not be reached, or it rejected the credentials."""
 
 
+class RayDashboardUnavailable(RayConnectionError):
+    """The dashboard did not answer, timed out or answered HTTP 5xx/429: a failure that may pass (retried)."""
+
+
 class RayJobError(AirflowTuneException):
     """The Ray Jobs API refused a request about a job, or the job does not exist."""
 

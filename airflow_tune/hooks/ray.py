@@ -1,417 +1,40 @@
 """Hook for the Jobs API of a Ray cluster, reached through its dashboard address.
 
 The sync methods use Ray's ``JobSubmissionClient`` (it uploads local ``working_dir``/``py_modules``, which REST cannot);
-the async methods talk REST with aiohttp, for triggers. Ray, aiohttp and requests are imported inside the methods that
-need them, so importing this module (DAG parsing) stays cheap.
+the async methods talk REST with aiohttp, for triggers. The pieces: :mod:`~airflow_tune.hooks.connection` (the
+connection as an endpoint), :mod:`~airflow_tune.hooks.transport` (wire format, errors, retries, sessions) and
+:mod:`~airflow_tune.hooks.status_poll` (the job list shared by every trigger). Ray, aiohttp and requests are imported
+inside the methods that need them, so importing this module (DAG parsing) stays cheap.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import copy
-import functools
-import hashlib
-import json
-import os
-import re
-import threading
-import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 from airflow.sdk import BaseHook
 
-from airflow_tune.exceptions import AirflowTuneException, RayConnectionError, RayJobError, RayJobNotFoundError
-
-if TYPE_CHECKING:
-    import ssl
-
-    from airflow.sdk import Connection
-    from ray.job_submission import JobSubmissionClient
-
-DEFAULT_PORT = 8265
-DEFAULT_SCHEME = "http"
-CONNECT_TIMEOUT = 10.0
-
-# Fields of a job safe to hand on (XCom, events, logs). ``runtime_env`` is left out: its env_vars may hold secrets.
-JOB_FIELDS = (
-    "submission_id",
-    "job_id",
-    "type",
-    "status",
-    "message",
-    "error_type",
-    "metadata",
-    "start_time",
-    "end_time",
-    "entrypoint",
-    "driver_exit_code",
+from airflow_tune.exceptions import RayJobNotFoundError
+from airflow_tune.hooks.connection import RayEndpoint, merge_runtime_env, stringify_metadata
+from airflow_tune.hooks.status_poll import shared_job_status
+from airflow_tune.hooks.transport import (
+    CONNECT_TIMEOUT,
+    AsyncTransport,
+    client_class,
+    job_to_dict,
+    metadata_matches,
+    newest_first,
+    quote_id,
+    ray_address_env_ignored,
+    retrying,
+    status_error,
+    translate_error,
 )
 
-
-# -- pure helpers ---------------------------------------------------------------------------------------------------
-
-
-def build_dashboard_url(host: str | None, port: int | None = None, schema: str | None = None) -> str:
-    """Return the dashboard base URL (no trailing slash) of a connection's host, port and schema.
-
-    :param host: a host name or address, ``host:port``, or a full URL such as ``https://ray.example.com/ray``.
-    :param port: the dashboard port; a port in ``host`` wins. Default 8265, but a full URL keeps its scheme's default.
-    :param schema: ``http`` or ``https`` (default ``http``); ignored when ``host`` is a full URL.
-    """
-    host = (host or "").strip()
-    if not host:
-        raise RayConnectionError(
-            "The Ray connection has no host: set the dashboard host (e.g. 127.0.0.1) or a full URL "
-            "(e.g. http://ray-head:8265)."
-        )
-    if "://" in host:
-        parts = urlsplit(host)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RayConnectionError(
-                f"The Ray connection's host {host!r} is not an http(s) URL: use e.g. http://ray-head:8265."
-            )
-        if parts.username or parts.password:
-            raise RayConnectionError(
-                "The Ray connection's host URL holds credentials: remove them and put the token in the password."
-            )
-        netloc = parts.netloc
-        if parts.port is None and port:
-            netloc = f"{netloc}:{port}"
-        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
-    scheme = (schema or DEFAULT_SCHEME).strip().lower()
-    if scheme not in ("http", "https"):
-        raise RayConnectionError(
-            f"The Ray connection's schema is {schema!r}: use 'http' or 'https', or leave it empty for http."
-        )
-    name, sep, host_port = host.rpartition(":")
-    if sep and host.count(":") == 1 and host_port.isdigit():
-        host, port = name, int(host_port)
-    elif ":" in host and not host.startswith("["):
-        host = f"[{host}]"  # an IPv6 literal needs brackets in a URL
-    return f"{scheme}://{host.rstrip('/')}:{port or DEFAULT_PORT}"
-
-
-def merge_runtime_env(default: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Return ``given`` laid over ``default``: top-level keys of ``given`` win, ``env_vars`` merge key by key.
-
-    :param default: the connection's default runtime_env.
-    :param given: the job's own runtime_env.
-    """
-    merged: dict[str, Any] = copy.deepcopy(dict(default or {}))
-    for key, value in (given or {}).items():
-        if key == "env_vars" and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = {**merged[key], **copy.deepcopy(dict(value))}
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def stringify_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:
-    """Return metadata with string values, as Ray stores them (``Dict[str, str]``).
-
-    :param metadata: keys and values; non-string values are converted with ``str``.
-    """
-    return {str(k): v if isinstance(v, str) else str(v) for k, v in (metadata or {}).items()}
-
-
-def metadata_matches(job_metadata: Mapping[str, Any] | None, metadata_filter: Mapping[str, Any]) -> bool:
-    """Whether a job's metadata holds every key/value of ``metadata_filter`` (compared as strings).
-
-    :param job_metadata: the job's metadata.
-    :param metadata_filter: keys and values the job must carry.
-    """
-    job_metadata = job_metadata or {}
-    return all(job_metadata.get(k) == v for k, v in stringify_metadata(metadata_filter).items())
-
-
-def newest_first(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Sort jobs by start time, newest first; a job without a start time counts as newest.
-
-    :param jobs: job dicts as returned by :func:`job_to_dict`.
-    """
-    return sorted(jobs, key=lambda j: j.get("start_time") or float("inf"), reverse=True)
-
-
-def job_to_dict(job: Any) -> dict[str, Any]:
-    """Return a plain JSON-able dict of a Ray ``JobDetails`` object or of its REST JSON.
-
-    :param job: a ``JobDetails`` or a mapping with the same fields.
-    """
-    if isinstance(job, Mapping):
-        out = {name: job.get(name) for name in JOB_FIELDS}
-    else:
-        out = {name: getattr(job, name, None) for name in JOB_FIELDS}
-    for name in ("status", "type"):
-        value = out[name]
-        # Ray's enums subclass str, but str() of one gives "JobStatus.RUNNING".
-        out[name] = getattr(value, "value", value)
-    out["metadata"] = dict(out["metadata"] or {})
-    return out
-
-
-def quote_id(job_id: str) -> str:
-    """Quote a submission id for a REST path (ids may hold ``:``, ``+`` or ``/``).
-
-    :param job_id: a submission id or Ray job id.
-    """
-    return quote(job_id, safe="")
-
-
-def _extra_value(extra: Mapping[str, Any], name: str) -> Any:
-    # Older connection forms stored form fields as "extra__<conn_type>__<name>".
-    value = extra.get(name, extra.get(f"extra__ray__{name}"))
-    return None if value == "" else value
-
-
-def _extra_dict(extra: Mapping[str, Any], name: str) -> dict[str, Any]:
-    value = _extra_value(extra, name)
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            value = None
-    if not isinstance(value, dict):
-        raise RayConnectionError(f"The Ray connection's extra {name!r} must be a JSON object.")
-    return value
-
-
-def _extra_patterns(extra: Mapping[str, Any]) -> tuple[str, ...]:
-    from airflow_tune.code import ALLOW_LIST_OPTION, parse_patterns
-
-    try:
-        return tuple(parse_patterns(_extra_value(extra, ALLOW_LIST_OPTION)))
-    except TypeError as exc:
-        raise RayConnectionError(f"The Ray connection's extra: {exc}") from None
-
-
-def _extra_verify(extra: Mapping[str, Any]) -> bool | str:
-    value = _extra_value(extra, "verify")
-    if value is None:
-        return True
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-        return value.strip()
-    raise RayConnectionError("The Ray connection's extra 'verify' must be true, false or a CA bundle path.")
-
-
-@dataclass(frozen=True, repr=False)
-class RayEndpoint:
-    """Where and how to reach a Ray dashboard, resolved from an Airflow connection.
-
-    :param url: dashboard base URL, no trailing slash.
-    :param headers: HTTP headers for every request, including ``Authorization`` when the connection has a token.
-    :param cookies: cookies for every request.
-    :param verify: verify TLS (bool) or the path of a CA bundle.
-    :param runtime_env: default runtime_env merged under each job's.
-    :param metadata: default metadata added to each job's.
-    :param allowed_code_references: import-path patterns this deployment lets rendered values name (see
-        :mod:`airflow_tune.code`).
-    """
-
-    url: str
-    headers: dict[str, str] = field(default_factory=dict)
-    cookies: dict[str, str] = field(default_factory=dict)
-    verify: bool | str = True
-    runtime_env: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, str] = field(default_factory=dict)
-    allowed_code_references: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        # Headers and cookies carry credentials: show only their names.
-        return (
-            f"RayEndpoint(url={self.url!r}, headers={sorted(self.headers)}, cookies={sorted(self.cookies)}, "
-            f"verify={self.verify!r})"
-        )
-
-    @property
-    def credentials_key(self) -> str:
-        """A digest of the credentials, so callers with different credentials never share a cached answer."""
-        blob = json.dumps([sorted(self.headers.items()), sorted(self.cookies.items())])
-        return hashlib.sha256(blob.encode()).hexdigest()
-
-    @classmethod
-    def from_connection(cls, conn: Connection, extra: Mapping[str, Any]) -> RayEndpoint:
-        """Resolve a connection and its parsed extra.
-
-        :param conn: the Airflow connection (type ``ray``).
-        :param extra: the connection's extra as a dict.
-        """
-        url = build_dashboard_url(conn.host, conn.port, conn.schema)
-        headers = {str(k): str(v) for k, v in _extra_dict(extra, "headers").items()}
-        if conn.password:
-            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            headers["Authorization"] = f"Bearer {conn.password}"
-        return cls(
-            url=url,
-            headers=headers,
-            cookies={str(k): str(v) for k, v in _extra_dict(extra, "cookies").items()},
-            verify=_extra_verify(extra),
-            runtime_env=_extra_dict(extra, "runtime_env"),
-            metadata=stringify_metadata(_extra_dict(extra, "metadata")),
-            allowed_code_references=_extra_patterns(extra),
-        )
-
-
-# -- errors ---------------------------------------------------------------------------------------------------------
-
-_STATUS_RE = re.compile(r"status code (\d{3})")
-
-
-def _status_error(status: int, body: str, *, url: str, action: str, job_id: str | None) -> AirflowTuneException:
-    """Translate an HTTP error answer of the Jobs API."""
-    exists = "already exists" in body
-    lines = [line.strip() for line in body.splitlines() if line.strip(" .")]
-    # Ray answers some errors with a whole server traceback: its last line is the one that says what went wrong.
-    body = (lines[-1] if "Traceback (most recent call last)" in body else " ".join(lines))[:500] if lines else ""
-    if status in (401, 403):
-        return RayConnectionError(
-            f"The Ray dashboard at {url} rejected the credentials (HTTP {status}) to {action}: "
-            "check the token in the connection's password."
-        )
-    if status == 404 and job_id is not None:
-        return RayJobNotFoundError(f"Ray job {job_id!r} not found on {url}.")
-    if exists:
-        return RayJobError(f"Ray job {job_id!r} already exists on {url}: use another submission id. ({body})")
-    return RayJobError(f"The Ray Jobs API at {url} failed to {action} (HTTP {status}): {body}")
-
-
-def _translate_error(exc: Exception, *, url: str, action: str, job_id: str | None = None) -> AirflowTuneException:
-    """Translate an exception of Ray's client (or of requests under it)."""
-    if isinstance(exc, AirflowTuneException):
-        return exc
-    text = str(exc)
-    if type(exc).__name__ == "AuthenticationError":
-        status = 403 if "failed" in text.lower() else 401
-        return _status_error(status, "", url=url, action=action, job_id=job_id)
-    if isinstance(exc, OSError):  # ConnectionError, requests' ConnectionError/Timeout, a missing CA bundle
-        return RayConnectionError(f"Cannot reach the Ray dashboard at {url} to {action}: {text}")
-    match = _STATUS_RE.search(text)
-    if match:
-        return _status_error(int(match.group(1)), text, url=url, action=action, job_id=job_id)
-    return RayJobError(f"The Ray Jobs API at {url} failed to {action}: {type(exc).__name__}: {text}")
-
-
-# -- Ray's sync client ----------------------------------------------------------------------------------------------
-
-_ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-_ENV_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _ray_address_env_ignored() -> Iterator[None]:
-    """Hide RAY_API_SERVER_ADDRESS / RAY_ADDRESS: Ray lets them override an explicit address; the connection wins."""
-    with _ENV_LOCK:
-        saved = {name: os.environ.pop(name) for name in _ADDRESS_ENV_VARS if name in os.environ}
-        try:
-            yield
-        finally:
-            os.environ.update(saved)
-
-
-@functools.cache
-def _client_class() -> type[JobSubmissionClient]:
+if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
-
-    class _BoundedClient(JobSubmissionClient):
-        """Ray's client sends requests with no timeout; a dead dashboard must not hang a task."""
-
-        def __init__(self, address: str, *, request_timeout: float, **kwargs: Any) -> None:
-            self._request_timeout = (CONNECT_TIMEOUT, request_timeout)
-            super().__init__(address, **kwargs)
-
-        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
-            kwargs.setdefault("timeout", self._request_timeout)
-            return super()._do_request(method, endpoint, **kwargs)
-
-    return _BoundedClient
-
-
-# -- shared status poll ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _SharedPoll:
-    """The last job list of one dashboard, shared by every caller in this process's event loop."""
-
-    loop: asyncio.AbstractEventLoop
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    fetched_at: float = float("-inf")
-    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    error: AirflowTuneException | None = None
-
-
-# Keyed by (dashboard URL, credentials digest).
-_SHARED_POLLS: dict[tuple[str, str], _SharedPoll] = {}
-
-
-def _shared_poll(key: tuple[str, str]) -> _SharedPoll:
-    loop = asyncio.get_running_loop()
-    poll = _SHARED_POLLS.get(key)
-    # An asyncio.Lock belongs to one loop; a new loop (a test, a restarted triggerer) gets a fresh entry.
-    if poll is None or poll.loop is not loop:
-        poll = _SHARED_POLLS[key] = _SharedPoll(loop=loop)
-    return poll
-
-
-@functools.lru_cache(maxsize=16)
-def _ssl_context(cafile_or_dir: str) -> ssl.SSLContext:
-    import ssl
-
-    if os.path.isdir(cafile_or_dir):
-        return ssl.create_default_context(capath=cafile_or_dir)
-    return ssl.create_default_context(cafile=cafile_or_dir)
-
-
-async def _get_json(endpoint: RayEndpoint, path: str, *, timeout: float, action: str, job_id: str | None = None) -> Any:
-    """GET ``path`` of the dashboard and return the decoded JSON; errors become airflow-tune exceptions.
-
-    :param endpoint: the dashboard to ask.
-    :param path: the REST path, starting with ``/``, ids already quoted.
-    :param timeout: total seconds for the request.
-    :param action: what the request is for, for error messages.
-    :param job_id: the job asked about, so a 404 reads "not found".
-    """
-    import aiohttp
-
-    ssl_arg: Any = True
-    if endpoint.verify is False:
-        ssl_arg = False
-    elif isinstance(endpoint.verify, str):
-        try:
-            ssl_arg = _ssl_context(endpoint.verify)
-        except OSError as exc:
-            raise RayConnectionError(f"Cannot load the CA bundle {endpoint.verify!r}: {exc}") from exc
-    client_timeout = aiohttp.ClientTimeout(total=timeout, connect=CONNECT_TIMEOUT)
-    try:
-        async with aiohttp.ClientSession(
-            headers=endpoint.headers, cookies=endpoint.cookies, timeout=client_timeout
-        ) as session:
-            async with session.get(endpoint.url + path, ssl=ssl_arg) as resp:
-                if resp.status >= 400:
-                    body = await resp.text()
-                    raise _status_error(resp.status, body, url=endpoint.url, action=action, job_id=job_id)
-                return await resp.json(content_type=None)
-    except AirflowTuneException:
-        raise
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
-        raise RayConnectionError(
-            f"Cannot reach the Ray dashboard at {endpoint.url} to {action}: {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-# -- the hook -------------------------------------------------------------------------------------------------------
 
 
 class RayHook(BaseHook):
@@ -436,6 +59,7 @@ class RayHook(BaseHook):
         self.request_timeout = request_timeout
         self._endpoint: RayEndpoint | None = None
         self._client: JobSubmissionClient | None = None
+        self._transport: AsyncTransport | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(ray_conn_id={self.ray_conn_id!r})"
@@ -517,8 +141,8 @@ class RayHook(BaseHook):
         if self._client is None:
             endpoint = self.endpoint
             try:
-                with _ray_address_env_ignored():
-                    self._client = _client_class()(
+                with ray_address_env_ignored():
+                    self._client = client_class()(
                         endpoint.url,
                         request_timeout=self.request_timeout,
                         headers=dict(endpoint.headers),
@@ -526,7 +150,7 @@ class RayHook(BaseHook):
                         verify=endpoint.verify,
                     )
             except Exception as exc:
-                raise _translate_error(exc, url=endpoint.url, action="connect") from exc
+                raise translate_error(exc, url=endpoint.url, action="connect") from exc
         return self._client
 
     def test_connection(self) -> tuple[bool, str]:
@@ -547,13 +171,13 @@ class RayHook(BaseHook):
                 timeout=(CONNECT_TIMEOUT, min(self.request_timeout, 30.0)),
             )
             if resp.status_code >= 400:
-                raise _status_error(resp.status_code, resp.text, url=endpoint.url, action=action, job_id=None)
+                raise status_error(resp.status_code, resp.text, url=endpoint.url, action=action, job_id=None)
             try:
                 version = resp.json()["ray_version"]
             except (ValueError, KeyError, TypeError):
                 return False, f"{endpoint.url} answered GET /api/version, but not as a Ray dashboard does."
         except Exception as exc:
-            return False, str(_translate_error(exc, url=endpoint.url, action=action))
+            return False, str(translate_error(exc, url=endpoint.url, action=action))
         return True, f"Connected to Ray {version} at {endpoint.url}"
 
     @contextlib.contextmanager
@@ -561,7 +185,7 @@ class RayHook(BaseHook):
         try:
             yield
         except Exception as exc:
-            raise _translate_error(exc, url=self.endpoint.url, action=action, job_id=job_id) from exc
+            raise translate_error(exc, url=self.endpoint.url, action=action, job_id=job_id) from exc
 
     # -- sync Jobs API --------------------------------------------------------------------------------------------
     def submit_job(
@@ -605,8 +229,10 @@ class RayHook(BaseHook):
         :param job_id: the submission id (or Ray job id).
         """
         client = self.get_conn()
-        with self._translated(f"read job {job_id!r}", job_id=job_id):
-            return job_to_dict(client.get_job_info(quote_id(job_id)))
+        for attempt in retrying():
+            with attempt, self._translated(f"read job {job_id!r}", job_id=job_id):
+                return job_to_dict(client.get_job_info(quote_id(job_id)))
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def get_job_status(self, job_id: str) -> str:
         """Return a job's status: PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED.
@@ -618,8 +244,10 @@ class RayHook(BaseHook):
     def list_jobs(self) -> list[dict[str, Any]]:
         """Return every job the cluster knows, as plain dicts."""
         client = self.get_conn()
-        with self._translated("list jobs"):
-            return [job_to_dict(job) for job in client.list_jobs()]
+        for attempt in retrying():
+            with attempt, self._translated("list jobs"):
+                return [job_to_dict(job) for job in client.list_jobs()]
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def find_jobs(self, metadata_filter: dict[str, Any]) -> list[dict[str, Any]]:
         """Return the jobs whose metadata holds every key/value of ``metadata_filter``, newest first.
@@ -644,13 +272,28 @@ class RayHook(BaseHook):
         :param job_id: the submission id (or Ray job id).
         """
         client = self.get_conn()
-        with self._translated(f"read the logs of job {job_id!r}", job_id=job_id):
-            return str(client.get_job_logs(quote_id(job_id)))
+        for attempt in retrying():
+            with attempt, self._translated(f"read the logs of job {job_id!r}", job_id=job_id):
+                return str(client.get_job_logs(quote_id(job_id)))
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     # -- async Jobs API (for triggers) ----------------------------------------------------------------------------
-    async def _aget(self, path: str, *, action: str, job_id: str | None = None) -> Any:
+    @contextlib.asynccontextmanager
+    async def async_session(self) -> AsyncIterator[RayHook]:
+        """Hold one HTTP session for every async call made inside the block (a trigger's whole run)."""
         endpoint = await self.aget_endpoint()
-        return await _get_json(endpoint, path, timeout=self.request_timeout, action=action, job_id=job_id)
+        async with AsyncTransport(endpoint, self.request_timeout) as transport:
+            self._transport = transport
+            try:
+                yield self
+            finally:
+                self._transport = None
+
+    async def _aget(self, path: str, *, action: str, job_id: str | None = None) -> Any:
+        if self._transport is not None:
+            return await self._transport.get_json(path, action=action, job_id=job_id)
+        async with AsyncTransport(await self.aget_endpoint(), self.request_timeout) as transport:
+            return await transport.get_json(path, action=action, job_id=job_id)
 
     async def async_get_job_info(self, job_id: str) -> dict[str, Any]:
         """Async :meth:`get_job_info`.
@@ -677,34 +320,18 @@ class RayHook(BaseHook):
         """Return a job's details from a job list shared by every caller in this process; None if the job is unknown.
 
         All callers watching the same dashboard (with the same credentials) share one ``GET /api/jobs/`` per
-        ``max_age`` seconds, so the load on the dashboard does not grow with the number of watched jobs. A job missing
-        from the list (submitted since) is asked for on its own.
+        ``max_age`` seconds (see :mod:`airflow_tune.hooks.status_poll`), so the load on the dashboard does not grow
+        with the number of watched jobs. A job missing from the list (submitted since) is asked for on its own.
 
         :param job_id: the submission id (or Ray job id).
         :param max_age: seconds a fetched list may be reused.
         """
-        endpoint = await self.aget_endpoint()
-        poll = _shared_poll((endpoint.url, endpoint.credentials_key))
-        async with poll.lock:
-            if time.monotonic() - poll.fetched_at >= max_age:
-                try:
-                    jobs = await _get_json(endpoint, "/api/jobs/", timeout=self.request_timeout, action="list jobs")
-                    index: dict[str, dict[str, Any]] = {}
-                    for raw in jobs:
-                        listed = job_to_dict(raw)
-                        for key in (listed["job_id"], listed["submission_id"]):
-                            if key:
-                                index[key] = listed
-                    poll.jobs, poll.error = index, None
-                except AirflowTuneException as exc:
-                    # Remember the failure too, so a dead dashboard is not asked once per caller.
-                    poll.error = exc
-                poll.fetched_at = time.monotonic()
-            error, job = poll.error, poll.jobs.get(job_id)
-        if error is not None:
-            raise type(error)(str(error)) from error
+        if self._transport is None:
+            async with self.async_session():
+                return await self.async_job_status(job_id, max_age)
+        job = await shared_job_status(self._transport, job_id, max_age)
         if job is not None:
-            return dict(job)
+            return job
         try:
             return await self.async_get_job_info(job_id)
         except RayJobNotFoundError:

@@ -31,7 +31,7 @@ from airflow_tune.contract import (
     failure_text,
     job_spec_uri,
     manifest_uri,
-    progress_lines,
+    new_progress_lines,
     result_succeeded,
     xcom_result,
 )
@@ -581,10 +581,10 @@ class RayTuneOperator(BaseOperator):
         except Exception as exc:
             self.log.debug("Could not read job logs: %s", exc)
             return printed
-        lines = progress_lines(logs)
-        for line in lines[printed:]:
+        fresh, printed = new_progress_lines(logs, printed)
+        for line in fresh:
             self.log.info("%s", line)
-        return len(lines)
+        return printed
 
     # -- results ------------------------------------------------------------------------------------------------
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, progress_lines
+from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, new_progress_lines
 from airflow_tune.hooks.ray import RayHook
 
 
@@ -84,6 +84,13 @@ class RayTuneTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
+        # One HTTP session for the whole wait, not one per request.
+        async with hook.async_session():
+            async for event in self._watch(hook):
+                yield event
+                return
+
+    async def _watch(self, hook: RayHook) -> AsyncIterator[TriggerEvent]:
         printed = 0
         logs_read_at = -math.inf
         answered_at = time.monotonic()  # the dashboard's last answer (or the start): "unreachable" counts from it
@@ -130,10 +137,10 @@ class RayTuneTrigger(BaseTrigger):
         except Exception as exc:
             self.log.debug("Could not read the job log: %s", exc)
             return printed
-        lines = progress_lines(logs)
-        for line in lines[printed:]:
+        fresh, printed = new_progress_lines(logs, printed)
+        for line in fresh:
             self.log.info("%s", line)
-        return len(lines)
+        return printed
 
     async def _target_reached(self) -> bool:
         if not self.experiment_uri:

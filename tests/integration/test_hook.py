@@ -13,10 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-import airflow_tune.hooks.ray as ray_hook_module
 from airflow_tune.contract import TERMINAL_STATUSES
 from airflow_tune.exceptions import RayConnectionError, RayJobError, RayJobNotFoundError
 from airflow_tune.hooks.ray import RayHook
+from airflow_tune.hooks.transport import AsyncTransport, quote_id
 from airflow_tune.local.stack import free_port
 
 CONN_ID = "ray_hook_it"
@@ -153,13 +153,13 @@ def test_async_methods(hook, hello_job):
 
 def test_shared_poll_makes_one_list_request_for_many_callers(hook, hello_job, monkeypatch):
     requests: list[str] = []
-    real_get_json = ray_hook_module._get_json
+    real_get_json = AsyncTransport.get_json
 
-    async def counting_get_json(endpoint, path, **kwargs):
+    async def counting_get_json(self, path, **kwargs):
         requests.append(path)
-        return await real_get_json(endpoint, path, **kwargs)
+        return await real_get_json(self, path, **kwargs)
 
-    monkeypatch.setattr(ray_hook_module, "_get_json", counting_get_json)
+    monkeypatch.setattr(AsyncTransport, "get_json", counting_get_json)
     missing = f"no-such-job-{uuid.uuid4().hex[:6]}"
 
     async def main():
@@ -177,7 +177,7 @@ def test_shared_poll_makes_one_list_request_for_many_callers(hook, hello_job, mo
     assert all(info is not None and info["status"] == "SUCCEEDED" for info in first)
     assert again == first[0]
     assert unknown is None
-    assert requests[-1].endswith(ray_hook_module.quote_id(missing)), "a job missing from the list is asked for alone"
+    assert requests[-1].endswith(quote_id(missing)), "a job missing from the list is asked for alone"
 
 
 # -- credentials: a tiny recording server on loopback ----------------------------------------------------------------
@@ -247,3 +247,62 @@ def test_wrong_token_is_a_clear_error_without_the_token(recorder, monkeypatch):
     with pytest.raises(RayConnectionError, match="rejected the credentials") as async_error:
         asyncio.run(RayHook(ray_conn_id="ray_wrong").async_list_jobs())
     assert wrong not in str(sync_error.value) + str(async_error.value)
+
+
+# -- bounded retries of idempotent calls: a dashboard that answers 503 twice, then serves -----------------------------
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    failures_left = 0
+    seen: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        type(self).seen.append(self.path)
+        if self.path == "/api/version":
+            return self._answer(200, {"version": "4", "ray_version": "2.60.0", "ray_commit": "x"})
+        if type(self).failures_left > 0:
+            type(self).failures_left -= 1
+            return self._answer(503, {"error": "busy"})
+        if self.path.startswith("/api/jobs/missing"):
+            return self._answer(404, {"error": "not found"})
+        if self.path == "/api/jobs/":
+            return self._answer(200, [])
+        job = {"submission_id": "j", "job_id": None, "status": "RUNNING", "metadata": {}, "type": "SUBMISSION"}
+        return self._answer(200, {**job, "entrypoint": "python -m airflow_tune.engine"})
+
+    _answer = _Recorder._answer
+    log_message = _Recorder.log_message
+
+
+@pytest.fixture
+def flaky(monkeypatch) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    _Flaky.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv(*_conn_env("ray_flaky", host="127.0.0.1", port=server.server_address[1]))
+    try:
+        yield "ray_flaky"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_reads_are_retried_through_two_503s_and_a_missing_job_is_not_retried(flaky, mode):
+    hook = RayHook(ray_conn_id=flaky)
+
+    def read(job_id: str) -> dict:
+        return hook.get_job_info(job_id) if mode == "sync" else asyncio.run(hook.async_get_job_info(job_id))
+
+    _Flaky.failures_left = 2
+    assert read("j")["status"] == "RUNNING"
+    assert [p for p in _Flaky.seen if p.startswith("/api/jobs/j")] == ["/api/jobs/j"] * 3
+    _Flaky.failures_left = 3  # more than the three tries: the third 503 is the error
+    with pytest.raises(RayConnectionError, match="HTTP 503"):
+        read("j")
+    _Flaky.failures_left = 0
+    _Flaky.seen.clear()
+    with pytest.raises(RayJobNotFoundError):
+        read("missing")
+    assert [p for p in _Flaky.seen if p.startswith("/api/jobs/")] == ["/api/jobs/missing"]

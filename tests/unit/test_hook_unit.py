@@ -11,18 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_tune.exceptions import AirflowTuneException, RayConnectionError, RayJobError, RayJobNotFoundError
-from airflow_tune.hooks.ray import (
-    RayEndpoint,
-    RayHook,
-    _status_error,
-    _translate_error,
-    build_dashboard_url,
-    job_to_dict,
-    merge_runtime_env,
-    metadata_matches,
-    newest_first,
-    quote_id,
-)
+from airflow_tune.hooks.connection import RayEndpoint, build_dashboard_url, merge_runtime_env
+from airflow_tune.hooks.ray import RayHook
+from airflow_tune.hooks.transport import job_to_dict, metadata_matches, newest_first, quote_id
+from airflow_tune.hooks.transport import status_error as _status_error
+from airflow_tune.hooks.transport import translate_error as _translate_error
 
 TOKEN = "s3cr3t-t0ken-value"
 

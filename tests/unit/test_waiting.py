@@ -4,6 +4,8 @@ the dashboard's last answer, a blip shorter than ``max_unreachable_s`` is ridden
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,6 +35,10 @@ class Dashboard:
 
     def __init__(self, clock: Clock, answers: list[str | None], timeout: float = 60.0) -> None:
         self.clock, self.answers, self.timeout = clock, list(answers), timeout
+
+    @contextlib.asynccontextmanager
+    async def async_session(self) -> AsyncIterator[Dashboard]:
+        yield self
 
     def next(self) -> dict[str, Any]:
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]

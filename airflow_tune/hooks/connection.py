@@ -1,0 +1,189 @@
+"""A ``ray`` connection resolved into an endpoint: the dashboard URL, TLS, headers and the job defaults.
+
+Pure functions of the connection's fields and extras (like the Amazon provider's ``utils/connection_wrapper.py``): no
+I/O, so they are tested without a cluster and called wherever a hook needs its endpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from airflow_tune.exceptions import RayConnectionError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
+DEFAULT_PORT = 8265
+DEFAULT_SCHEME = "http"
+
+
+def build_dashboard_url(host: str | None, port: int | None = None, schema: str | None = None) -> str:
+    """Return the dashboard base URL (no trailing slash) of a connection's host, port and schema.
+
+    :param host: a host name or address, ``host:port``, or a full URL such as ``https://ray.example.com/ray``.
+    :param port: the dashboard port; a port in ``host`` wins. Default 8265, but a full URL keeps its scheme's default.
+    :param schema: ``http`` or ``https`` (default ``http``); ignored when ``host`` is a full URL.
+    """
+    host = (host or "").strip()
+    if not host:
+        raise RayConnectionError(
+            "The Ray connection has no host: set the dashboard host (e.g. 127.0.0.1) or a full URL "
+            "(e.g. http://ray-head:8265)."
+        )
+    if "://" in host:
+        parts = urlsplit(host)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RayConnectionError(
+                f"The Ray connection's host {host!r} is not an http(s) URL: use e.g. http://ray-head:8265."
+            )
+        if parts.username or parts.password:
+            raise RayConnectionError(
+                "The Ray connection's host URL holds credentials: remove them and put the token in the password."
+            )
+        netloc = parts.netloc
+        if parts.port is None and port:
+            netloc = f"{netloc}:{port}"
+        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    scheme = (schema or DEFAULT_SCHEME).strip().lower()
+    if scheme not in ("http", "https"):
+        raise RayConnectionError(
+            f"The Ray connection's schema is {schema!r}: use 'http' or 'https', or leave it empty for http."
+        )
+    name, sep, host_port = host.rpartition(":")
+    if sep and host.count(":") == 1 and host_port.isdigit():
+        host, port = name, int(host_port)
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal needs brackets in a URL
+    return f"{scheme}://{host.rstrip('/')}:{port or DEFAULT_PORT}"
+
+
+def merge_runtime_env(default: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Return ``given`` laid over ``default``: top-level keys of ``given`` win, ``env_vars`` merge key by key.
+
+    :param default: the connection's default runtime_env.
+    :param given: the job's own runtime_env.
+    """
+    merged: dict[str, Any] = copy.deepcopy(dict(default or {}))
+    for key, value in (given or {}).items():
+        if key == "env_vars" and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **copy.deepcopy(dict(value))}
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def stringify_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:
+    """Return metadata with string values, as Ray stores them (``Dict[str, str]``).
+
+    :param metadata: keys and values; non-string values are converted with ``str``.
+    """
+    return {str(k): v if isinstance(v, str) else str(v) for k, v in (metadata or {}).items()}
+
+
+def _extra_value(extra: Mapping[str, Any], name: str) -> Any:
+    # Older connection forms stored form fields as "extra__<conn_type>__<name>".
+    value = extra.get(name, extra.get(f"extra__ray__{name}"))
+    return None if value == "" else value
+
+
+def _extra_dict(extra: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = _extra_value(extra, name)
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, dict):
+        raise RayConnectionError(f"The Ray connection's extra {name!r} must be a JSON object.")
+    return value
+
+
+def _extra_patterns(extra: Mapping[str, Any]) -> tuple[str, ...]:
+    from airflow_tune.code import ALLOW_LIST_OPTION, parse_patterns
+
+    try:
+        return tuple(parse_patterns(_extra_value(extra, ALLOW_LIST_OPTION)))
+    except TypeError as exc:
+        raise RayConnectionError(f"The Ray connection's extra: {exc}") from None
+
+
+def _extra_verify(extra: Mapping[str, Any]) -> bool | str:
+    value = _extra_value(extra, "verify")
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        return value.strip()
+    raise RayConnectionError("The Ray connection's extra 'verify' must be true, false or a CA bundle path.")
+
+
+@dataclass(frozen=True, repr=False)
+class RayEndpoint:
+    """Where and how to reach a Ray dashboard, resolved from an Airflow connection.
+
+    :param url: dashboard base URL, no trailing slash.
+    :param headers: HTTP headers for every request, including ``Authorization`` when the connection has a token.
+    :param cookies: cookies for every request.
+    :param verify: verify TLS (bool) or the path of a CA bundle.
+    :param runtime_env: default runtime_env merged under each job's.
+    :param metadata: default metadata added to each job's.
+    :param allowed_code_references: import-path patterns this deployment lets rendered values name (see
+        :mod:`airflow_tune.code`).
+    """
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    cookies: dict[str, str] = field(default_factory=dict)
+    verify: bool | str = True
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    allowed_code_references: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        # Headers and cookies carry credentials: show only their names.
+        return (
+            f"RayEndpoint(url={self.url!r}, headers={sorted(self.headers)}, cookies={sorted(self.cookies)}, "
+            f"verify={self.verify!r})"
+        )
+
+    @property
+    def credentials_key(self) -> str:
+        """A digest of the credentials, so callers with different credentials never share a cached answer."""
+        blob = json.dumps([sorted(self.headers.items()), sorted(self.cookies.items())])
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @classmethod
+    def from_connection(cls, conn: Connection, extra: Mapping[str, Any]) -> RayEndpoint:
+        """Resolve a connection and its parsed extra.
+
+        :param conn: the Airflow connection (type ``ray``).
+        :param extra: the connection's extra as a dict.
+        """
+        url = build_dashboard_url(conn.host, conn.port, conn.schema)
+        headers = {str(k): str(v) for k, v in _extra_dict(extra, "headers").items()}
+        if conn.password:
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            headers["Authorization"] = f"Bearer {conn.password}"
+        return cls(
+            url=url,
+            headers=headers,
+            cookies={str(k): str(v) for k, v in _extra_dict(extra, "cookies").items()},
+            verify=_extra_verify(extra),
+            runtime_env=_extra_dict(extra, "runtime_env"),
+            metadata=stringify_metadata(_extra_dict(extra, "metadata")),
+            allowed_code_references=_extra_patterns(extra),
+        )
