@@ -133,6 +133,7 @@ RESULT_KEYS = (
     "num_terminated",
     "num_errored",
     "dashboard_url",
+    "finished_at",
 )
 
 

@@ -10,7 +10,7 @@ import os
 
 from digits_tuning import PACKAGE_DIR
 
-from airflow_tune.operators.promote import registry_asset
+from airflow_tune.registry import registry_asset
 
 STORAGE_URI = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
 REGISTRY_URI = os.environ.get("AIRFLOW_TUNE_REGISTRY_URI", "s3://airflow-tune/models/digits")

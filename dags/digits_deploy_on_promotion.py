@@ -17,7 +17,7 @@ with DAG(
     def deploy_champion() -> dict:
         from digits_tuning.serve import holdout_score, load_model
 
-        from airflow_tune.operators.promote import read_champion
+        from airflow_tune.registry import read_champion
 
         champion = read_champion(REGISTRY_URI)
         if champion is None:

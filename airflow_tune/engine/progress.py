@@ -66,7 +66,6 @@ class ProgressCallback(tune.Callback):
         self._last_print = -math.inf
         self._last_write = -math.inf
         self._trials: list[Any] = []
-        self.writes = 0
         # Trials that ended in this run (Tune told us) or had ended before it (a restored experiment). When a run is
         # interrupted, Tune 2.60 marks the trials still running TERMINATED in memory (its cleanup stops them) without
         # on_trial_complete, so a trial's status alone cannot tell an interrupted run from a finished one.
@@ -131,7 +130,6 @@ class ProgressCallback(tune.Callback):
     def write_progress(self, trials: list, snap: dict[str, Any] | None = None) -> None:
         try:
             storage.write_json(self.progress_uri, snap or progress_snapshot(self.spec, trials))
-            self.writes += 1
         except Exception as exc:  # progress is best effort; the experiment must not fail on it
             self._emit(f"could not write {self.progress_uri}: {exc}")
 

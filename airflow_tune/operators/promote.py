@@ -1,13 +1,7 @@
 """PromoteCheckpointOperator: copy a tuning winner into a model registry on S3 when it passes a gate.
 
-Registry layout under ``registry_uri`` (``s3://bucket/prefix``)::
-
-    versions/<version>/checkpoint/...   the checkpoint's objects, copied server-side
-    versions/<version>/model.json       config, metrics and provenance
-    champion.json                       the pointer to the current champion, switched last
-
-A reader that follows ``champion.json`` never sees a half-copied version: the pointer moves only after every object
-and ``model.json`` are in place.
+The registry's layout is :mod:`airflow_tune.registry`'s. A reader that follows ``champion.json`` never sees a
+half-copied version: the pointer moves only after every object and ``model.json`` are in place.
 """
 
 from __future__ import annotations
@@ -22,26 +16,19 @@ from airflow.sdk import Asset, BaseOperator, SkipMixin
 
 from airflow_tune import jsonsafe
 from airflow_tune.exceptions import AirflowTuneException
+from airflow_tune.registry import CHAMPION_FILE, read_champion, registry_asset, s3_client, split_s3_uri
+
+__all__ = ["CHAMPION_FILE", "PromoteCheckpointOperator", "PromotionError", "registry_asset", "split_s3_uri"]
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 GATES = ("always", "better_than_champion", "threshold")
-CHAMPION_FILE = "champion.json"
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 
 
 class PromotionError(AirflowTuneException):
     """The winner could not be copied into the registry."""
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    if not isinstance(uri, str) or not uri.startswith("s3://"):
-        raise ValueError(f"{uri!r} is not an s3:// URI; give s3://bucket/prefix")
-    bucket, _, key = uri[len("s3://") :].partition("/")
-    if not bucket:
-        raise ValueError(f"{uri!r} has no bucket; give s3://bucket/prefix")
-    return bucket, key.strip("/")
 
 
 def beats(value: float | None, other: float | None, mode: str, *, inclusive: bool = False) -> bool:
@@ -53,11 +40,6 @@ def beats(value: float | None, other: float | None, mode: str, *, inclusive: boo
     if inclusive:
         return value <= other if mode == "min" else value >= other
     return value < other if mode == "min" else value > other
-
-
-def registry_asset(registry_uri: str) -> Asset:
-    """The Asset a promotion updates; schedule deploy DAGs on it."""
-    return Asset(uri=registry_uri.rstrip("/"), name=registry_uri.rstrip("/"))
 
 
 class PromoteCheckpointOperator(BaseOperator, SkipMixin):
@@ -128,17 +110,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         return result, bucket, prefix, threshold
 
     def s3_client(self) -> Any:
-        if self.aws_conn_id:
-            try:
-                from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-            except ImportError:
-                raise ValueError(
-                    "aws_conn_id needs apache-airflow-providers-amazon; install it or leave aws_conn_id unset"
-                ) from None
-            return S3Hook(aws_conn_id=self.aws_conn_id).get_conn()
-        import boto3
-
-        return boto3.client("s3")
+        return s3_client(self.aws_conn_id)
 
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
@@ -146,7 +118,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         s3 = self.s3_client()
         metric, mode = result["metric"], result["mode"]
         value = (result.get("best_metrics") or {}).get(metric)
-        champion = self.read_champion(s3, bucket, prefix)
+        champion = read_champion(self.registry_uri, s3)
         champion_value = champion.get("value") if champion else None
         source = result.get("best_checkpoint_uri")
         # Listed before the gate: the version is named from the checkpoint itself, so a retry finds it again.
@@ -236,21 +208,6 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
 
     # -- pieces -------------------------------------------------------------------------------------------------
     @staticmethod
-    def read_champion(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
-        try:
-            body = s3.get_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}")["Body"].read()
-        except s3.exceptions.NoSuchKey:
-            return None
-        except Exception as exc:
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code")
-            if code in ("NoSuchKey", "404"):
-                return None
-            raise PromotionError(
-                f"cannot read the champion pointer s3://{bucket}/{prefix}/{CHAMPION_FILE}: {exc}"
-            ) from exc
-        return dict(json.loads(body))
-
-    @staticmethod
     def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ()) -> str:
         """Deterministic per checkpoint, so a retried promotion rewrites the same version.
 
@@ -329,10 +286,3 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
                 "ray_job_id": result.get("job_id"),
             },
         }
-
-
-def read_champion(registry_uri: str) -> dict[str, Any] | None:
-    """The registry's current champion pointer, or None; for warm starts and deploy tasks."""
-    from airflow_tune import storage
-
-    return storage.read_json_or_none(f"{registry_uri.rstrip('/')}/{CHAMPION_FILE}")

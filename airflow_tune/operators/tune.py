@@ -131,6 +131,8 @@ class RayTuneOperator(BaseOperator):
         config, see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`) or a config dict (an XCom).
         Only the keys the search space samples are used.
     :param ray_conn_id: the ``ray`` connection to the cluster's dashboard.
+    :param aws_conn_id: an Amazon connection to read the warm-start registry with (needs
+        ``apache-airflow-providers-amazon``); by default boto3's own credential chain.
     :param working_dir: a local folder or URI uploaded as the job's working dir.
     :param py_modules: local packages or URIs shipped with the job.
     :param pip: pip requirements installed for the job.
@@ -188,6 +190,7 @@ class RayTuneOperator(BaseOperator):
         experiment_name: str | None = None,
         warm_start: str | dict[str, Any] | None = None,
         ray_conn_id: str = RayHook.default_conn_name,
+        aws_conn_id: str | None = None,
         working_dir: str | None = None,
         py_modules: list[str] | None = None,
         pip: list[str] | str | None = None,
@@ -233,6 +236,7 @@ class RayTuneOperator(BaseOperator):
         self.experiment_name = experiment_name
         self.warm_start = warm_start
         self.ray_conn_id = ray_conn_id
+        self.aws_conn_id = aws_conn_id
         self.working_dir = working_dir
         self.py_modules = py_modules
         self.pip = pip
@@ -299,9 +303,9 @@ class RayTuneOperator(BaseOperator):
             return None
         config: Any = None
         if isinstance(self.warm_start, str) and "://" in self.warm_start:
-            from airflow_tune.operators.promote import read_champion
+            from airflow_tune.registry import read_champion
 
-            champion = read_champion(self.warm_start)
+            champion = read_champion(self.warm_start, aws_conn_id=self.aws_conn_id)
             if champion is None:
                 self.log.info("No champion in %s yet: no warm start", self.warm_start)
                 return None

@@ -180,6 +180,7 @@ class RayTuneSensor(BaseSensorOperator):
             "num_terminated": counts.get("TERMINATED", 0),
             "num_errored": counts.get("ERROR", 0),
             "dashboard_url": self.hook.job_url(self.job_id) if self.job_id else None,
+            "finished_at": None,
             "finished": False,
         }
 

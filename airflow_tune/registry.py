@@ -1,0 +1,77 @@
+"""The model registry on S3: its layout, its Asset, and the one way to reach it (boto3, or an Amazon connection).
+
+Layout under ``registry_uri`` (``s3://bucket/prefix``)::
+
+    versions/<version>/checkpoint/...   the checkpoint's objects, copied server-side
+    versions/<version>/model.json       config, metrics and provenance
+    champion.json                       the pointer to the current champion, switched last
+
+:class:`~airflow_tune.operators.promote.PromoteCheckpointOperator` writes it; warm starts and deploy tasks read the
+champion with :func:`read_champion`. boto3 is imported inside the functions (DAG files import this module).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from airflow_tune.exceptions import AirflowTuneException
+
+CHAMPION_FILE = "champion.json"
+
+
+class RegistryError(AirflowTuneException):
+    """The registry could not be read or written."""
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/prefix/`` -> ``("bucket", "some/prefix")``."""
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise ValueError(f"{uri!r} is not an s3:// URI; give s3://bucket/prefix")
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    if not bucket:
+        raise ValueError(f"{uri!r} has no bucket; give s3://bucket/prefix")
+    return bucket, key.strip("/")
+
+
+def registry_asset(registry_uri: str) -> Any:
+    """The Asset a promotion updates; schedule deploy DAGs on it."""
+    from airflow.sdk import Asset
+
+    return Asset(uri=registry_uri.rstrip("/"), name=registry_uri.rstrip("/"))
+
+
+def s3_client(aws_conn_id: str | None = None) -> Any:
+    """An S3 client: the Amazon connection's when ``aws_conn_id`` is given, else boto3's own credential chain
+    (environment, profile, instance role)."""
+    if aws_conn_id:
+        try:
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+        except ImportError:
+            raise ValueError(
+                "aws_conn_id needs apache-airflow-providers-amazon; install it or leave aws_conn_id unset"
+            ) from None
+        return S3Hook(aws_conn_id=aws_conn_id).get_conn()
+    import boto3
+
+    return boto3.client("s3")
+
+
+def read_champion(registry_uri: str, s3: Any = None, *, aws_conn_id: str | None = None) -> dict[str, Any] | None:
+    """The registry's current champion pointer, or None when it has none yet.
+
+    :param registry_uri: ``s3://bucket/models/<name>``.
+    :param s3: an S3 client; by default :func:`s3_client` of ``aws_conn_id``.
+    :param aws_conn_id: an Amazon connection to read with.
+    """
+    bucket, prefix = split_s3_uri(registry_uri)
+    s3 = s3 if s3 is not None else s3_client(aws_conn_id)
+    key = f"{prefix}/{CHAMPION_FILE}" if prefix else CHAMPION_FILE
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except Exception as exc:
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+        if code in ("NoSuchKey", "404"):
+            return None
+        raise RegistryError(f"cannot read the champion pointer s3://{bucket}/{key}: {exc}") from exc
+    return dict(json.loads(body))
