@@ -1,0 +1,238 @@
+"""Every state of RayTuneTrigger.run() and every branch of RayTuneOperator.resume_or_submit(), in seconds: a fake
+hook and fake storage stand in for the dashboard and S3 (pure logic; the real ones are exercised end to end)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_tune.contract import METADATA_EXPERIMENT, METADATA_FINGERPRINT, METADATA_SPEC_URI
+from airflow_tune.exceptions import ExperimentConflictError, RayJobError
+from airflow_tune.operators.tune import RayTuneOperator
+from airflow_tune.triggers import tune as trigger_module
+from airflow_tune.triggers.tune import RayTuneTrigger
+
+# -- the trigger ------------------------------------------------------------------------------------------------------
+
+
+class FakeDashboard:
+    def __init__(self, statuses: list[str | None], logs: list[str] | None = None) -> None:
+        self.statuses = statuses
+        self.logs = logs or [""]
+        self.stopped: list[str] = []
+        self.log_reads = 0
+
+    @contextlib.asynccontextmanager
+    async def async_session(self) -> AsyncIterator[FakeDashboard]:
+        yield self
+
+    async def async_job_status(self, job_id: str, max_age: float) -> dict[str, Any] | None:
+        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return None if status is None else {"status": status, "message": f"job is {status}"}
+
+    async def async_get_job_logs(self, job_id: str) -> str:
+        text = self.logs[min(self.log_reads, len(self.logs) - 1)]
+        self.log_reads += 1
+        return text
+
+    def stop_job(self, job_id: str) -> bool:
+        self.stopped.append(job_id)
+        return True
+
+
+def _events(monkeypatch, dashboard: FakeDashboard, **kwargs: Any) -> tuple[list[dict], list[str]]:
+    async def no_wait(seconds: float) -> None:
+        return None
+
+    monkeypatch.setattr(trigger_module.asyncio, "sleep", no_wait)
+    trigger = RayTuneTrigger(job_id="j", poll_interval=1.0, **kwargs)
+    monkeypatch.setattr(trigger, "_hook", lambda: dashboard)
+    logged: list[str] = []
+    monkeypatch.setattr(trigger.log, "info", lambda msg, *args: logged.append(msg % args))
+
+    async def collect() -> list[dict]:
+        return [event.payload async for event in trigger.run()]
+
+    return asyncio.run(collect()), logged
+
+
+def test_the_trigger_fires_once_when_the_job_ends_and_copies_each_progress_line_once(monkeypatch):
+    logs = ["[airflow-tune] a\n", "[airflow-tune] a\n[airflow-tune] b\nnoise\n", "[airflow-tune] a\n[airflow-tune] b\n"]
+    dashboard = FakeDashboard(["RUNNING", "RUNNING", "SUCCEEDED"], logs)
+    events, logged = _events(monkeypatch, dashboard, log_interval=0.0, experiment_uri="s3://b/e")
+    assert events == [
+        {"status": "SUCCEEDED", "job_id": "j", "experiment_uri": "s3://b/e", "message": "job is SUCCEEDED"}
+    ]
+    assert logged == ["[airflow-tune] a", "[airflow-tune] b"]
+
+
+def test_the_trigger_reports_a_job_the_cluster_does_not_know(monkeypatch):
+    events, _ = _events(monkeypatch, FakeDashboard([None]), log_progress=False)
+    assert [e["status"] for e in events] == ["error"] and events[0]["message"] == "job not found"
+
+
+def test_the_trigger_fires_when_the_target_is_reached(monkeypatch):
+    monkeypatch.setattr(trigger_module, "_read_progress", lambda uri: {"mode": "min", "best": {"value": 0.4}})
+    events, _ = _events(
+        monkeypatch, FakeDashboard(["RUNNING"]), log_progress=False, experiment_uri="s3://b/e", target=0.5
+    )
+    assert [e["status"] for e in events] == ["TARGET_REACHED"]
+
+
+def test_the_trigger_stops_the_job_at_its_deadline(monkeypatch):
+    dashboard = FakeDashboard(["RUNNING"])
+    events, _ = _events(monkeypatch, dashboard, log_progress=False, deadline=time.time() - 1)
+    assert [e["status"] for e in events] == ["timeout"] and dashboard.stopped == ["j"]
+
+
+def test_on_kill_stops_the_job(monkeypatch):
+    dashboard = FakeDashboard(["RUNNING"])
+    trigger = RayTuneTrigger(job_id="j")
+    monkeypatch.setattr(trigger, "_hook", lambda: dashboard)
+    asyncio.run(trigger.on_kill())
+    assert dashboard.stopped == ["j"]
+
+
+# -- resume_or_submit -------------------------------------------------------------------------------------------------
+
+
+class FakeJobs:
+    """The Jobs API as resume_or_submit sees it; ``submit_errors`` are raised by the next submits, in order."""
+
+    def __init__(self, jobs: list[dict[str, Any]] | None = None, submit_errors: list[Exception] | None = None):
+        self.jobs = jobs or []
+        self.submit_errors = submit_errors or []
+        self.submitted: list[dict[str, Any]] = []
+        self.listings = 0
+
+    def find_jobs(self, metadata_filter: dict[str, Any]) -> list[dict[str, Any]]:
+        self.listings += 1
+        return [j for j in self.jobs if j["metadata"].get(METADATA_EXPERIMENT) == metadata_filter[METADATA_EXPERIMENT]]
+
+    def submit_job(self, **kwargs: Any) -> str:
+        if self.submit_errors:
+            raise self.submit_errors.pop(0)
+        self.submitted.append(kwargs)
+        self.jobs.append(
+            {"submission_id": kwargs["submission_id"], "status": "PENDING", "metadata": kwargs["metadata"]}
+        )
+        return str(kwargs["submission_id"])
+
+    def job_url(self, job_id: str) -> str:
+        return f"http://ray/#/jobs/{job_id}"
+
+
+@pytest.fixture
+def files(monkeypatch) -> dict[str, Any]:
+    """S3 as a dict: what the operator reads and writes."""
+    stored: dict[str, Any] = {}
+    monkeypatch.setattr("airflow_tune.storage.read_json_or_none", lambda uri: json.loads(json.dumps(stored.get(uri))))
+    monkeypatch.setattr("airflow_tune.storage.write_json", stored.__setitem__)
+    return stored
+
+
+def _op(space: dict[str, Any] | None = None) -> RayTuneOperator:
+    return RayTuneOperator(
+        task_id="tune",
+        trainable="pkg.mod:train",
+        storage_path="s3://bkt/exps",
+        metric="loss",
+        mode="min",
+        experiment_name="exp",
+        param_space=space or {"x": {"grid_search": [1, 2]}},
+        ship_engine=False,
+    )
+
+
+def _context() -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id="d", task_id="tune", map_index=-1, try_number=1)
+    return {"ti": ti, "run_id": "manual__1"}
+
+
+def _resume(op: RayTuneOperator, jobs: FakeJobs) -> tuple[str | None, dict[str, Any] | None]:
+    op.__dict__["hook"] = jobs
+    context = _context()
+    return op.resume_or_submit(context, op.build_spec(context))  # type: ignore[arg-type]
+
+
+def _live(spec_op: RayTuneOperator, files: dict[str, Any], job_id: str = "exp-1", status: str = "RUNNING") -> dict:
+    spec = spec_op.build_spec(_context())  # type: ignore[arg-type]
+    uri = f"s3://bkt/exps/exp/.airflow_tune/jobs/{job_id}-abc.json"
+    files[uri] = spec.to_dict()
+    metadata = {METADATA_EXPERIMENT: "exp", METADATA_FINGERPRINT: spec.fingerprint(), METADATA_SPEC_URI: uri}
+    return {"submission_id": job_id, "status": status, "metadata": metadata}
+
+
+def test_no_job_yet_submits_attempt_1_with_the_spec_in_storage(files):
+    jobs = FakeJobs()
+    job_id, result = _resume(_op(), jobs)
+    assert (job_id, result) == ("exp-1", None)
+    [submitted] = jobs.submitted
+    spec_uri = submitted["metadata"][METADATA_SPEC_URI]
+    assert spec_uri.startswith("s3://bkt/exps/exp/.airflow_tune/jobs/exp-1-") and files[spec_uri]["name"] == "exp"
+    assert submitted["entrypoint"] == f"python -m airflow_tune.engine --spec {spec_uri}"
+
+
+def test_a_live_job_with_the_same_spec_is_reattached(files):
+    jobs = FakeJobs([_live(_op(), files)])
+    assert _resume(_op(), jobs) == ("exp-1", None) and jobs.submitted == []
+
+
+def test_a_live_job_with_another_spec_is_refused_naming_what_differs(files):
+    jobs = FakeJobs([_live(_op({"x": {"grid_search": [3, 4]}}), files)])
+    with pytest.raises(ExperimentConflictError, match=r"live Ray job exp-1\) with another spec: param_space.x: .*3, 4"):
+        _resume(_op(), jobs)
+    assert jobs.submitted == []
+
+
+def test_a_recorded_spec_that_differs_is_refused_before_anything_is_submitted(files):
+    other = _op({"x": {"grid_search": [3, 4]}}).build_spec(_context())  # type: ignore[arg-type]
+    files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = other.to_dict()
+    jobs = FakeJobs()
+    with pytest.raises(ExperimentConflictError, match=r"already exists \(s3://bkt/exps/exp\) with another spec"):
+        _resume(_op(), jobs)
+    assert jobs.submitted == []
+
+
+def test_a_finished_result_of_the_same_spec_is_returned(files):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = spec.to_dict()
+    result = {"status": "succeeded", "job_id": "exp-1", "fingerprint": spec.fingerprint(), "best_config": {"x": 1}}
+    files["s3://bkt/exps/exp/.airflow_tune/result.json"] = result
+    jobs = FakeJobs([_live(_op(), files, status="SUCCEEDED")])
+    assert _resume(_op(), jobs) == ("exp-1", result) and jobs.submitted == []
+
+
+def test_a_failed_result_is_not_a_result_the_next_attempt_restores(files):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    files["s3://bkt/exps/exp/.airflow_tune/result.json"] = {"status": "failed", "fingerprint": spec.fingerprint()}
+    jobs = FakeJobs([_live(_op(), files, status="FAILED"), _live(_op(), files, job_id="exp-2", status="STOPPED")])
+    assert _resume(_op(), jobs) == ("exp-3", None)
+
+
+def test_a_try_that_loses_the_race_to_submit_reattaches_to_the_winner(files):
+    winner = _live(_op(), files)
+    jobs = FakeJobs(submit_errors=[RayJobError("Ray job 'exp-1' already exists on http://ray")])
+    original = jobs.find_jobs
+
+    def find_after_race(metadata_filter: dict[str, Any]) -> list[dict[str, Any]]:
+        if jobs.listings == 1:  # the other try's submit lands between our listing and our submit
+            jobs.jobs.append(winner)
+        return original(metadata_filter)
+
+    jobs.find_jobs = find_after_race  # type: ignore[method-assign]
+    assert _resume(_op(), jobs) == ("exp-1", None)
+    assert jobs.submitted == [] and jobs.listings == 2
+
+
+def test_any_other_submit_error_fails_the_try(files):
+    jobs = FakeJobs(submit_errors=[RayJobError("The Ray Jobs API failed to submit (HTTP 400): bad runtime_env")])
+    with pytest.raises(RayJobError, match="bad runtime_env"):
+        _resume(_op(), jobs)
