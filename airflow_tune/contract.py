@@ -37,6 +37,9 @@ TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 # -- files beside the experiment ---------------------------------------------------------------------------------------
 MANIFEST_DIR = ".airflow_tune"
 SPEC_FILE, PROGRESS_FILE, RESULT_FILE = "spec.json", "progress.json", "result.json"
+#: Every trial's row (config, metrics, error, path) once the experiment ends; ``result.json`` lists only the best and
+#: the errored trials, so what the Airflow side reads stays small.
+TRIALS_FILE = "trials.json"
 #: Metric curves (``training_iteration`` -> metric), downsampled, for a bounded number of trials: the best ones and
 #: the running ones. ``{"metric", "mode", "updated_at", "max_trials", "max_points",
 #: "trials": {trial_id: {"status", "config", "points": [[iteration, value], ...]}}}``; strict JSON, bounded size.

@@ -50,9 +50,9 @@ def print_checkpoint_keys(result: dict) -> None:
 
 def print_trials(result: dict) -> None:
     from airflow_tune import storage
-    from airflow_tune.contract import manifest_uri
+    from airflow_tune.contract import TRIALS_FILE, manifest_uri
 
-    manifest = storage.read_json_or_none(manifest_uri(result["experiment_uri"], "result.json")) or {}
+    manifest = storage.read_json_or_none(manifest_uri(result["experiment_uri"], TRIALS_FILE)) or {}
     metric = result["metric"]
     trials = sorted(
         manifest.get("trials", []),

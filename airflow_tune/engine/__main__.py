@@ -30,6 +30,7 @@ from airflow_tune.contract import (
     RESULT_FILE,
     SPEC_ENV,
     SPEC_FILE,
+    TRIALS_FILE,
     VERDICT,
     manifest_uri,
     result_succeeded,
@@ -107,7 +108,7 @@ def run(spec: ExperimentSpec) -> int:
     import ray
 
     from airflow_tune.engine.build import build_tuner
-    from airflow_tune.engine.progress import ProgressCallback, build_result_manifest
+    from airflow_tune.engine.progress import ProgressCallback, bounded_result, build_result_manifest
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
     check_spec_unchanged(spec)
@@ -139,7 +140,9 @@ def run(spec: ExperimentSpec) -> int:
     failure = failure_reason(spec, manifest)
     # A failed manifest is kept for diagnosis but is not a result: a rerun restores and retries the trials.
     manifest["status"] = "failed" if failure else "succeeded"
-    storage.write_json(result_uri, manifest)
+    # Every row first, then the bounded result: result.json is what says the experiment finished.
+    storage.write_json(manifest_uri(spec.experiment_uri, TRIALS_FILE), {"trials": manifest["trials"]})
+    storage.write_json(result_uri, bounded_result(spec, manifest))
     for trial in manifest["trials"]:
         if trial["error"]:
             where = f" (full text: {trial['path']}/error.txt)" if trial.get("path") else ""

@@ -1,12 +1,16 @@
-"""Live trial tracking (a Tune callback) and the result manifest.
+"""Live trial tracking (a Tune callback) and the result manifests.
 
-The callback runs in the driver's loop, so it stays cheap: it keeps a small summary per trial, prints a compact
-trial table at most every ``interval`` seconds, and rewrites ``progress.json`` at that rate and at every trial end.
-``progress.json`` is bounded (counts, running trials, the top trials) so it stays small for thousands of trials.
+The callback runs in Tune's driver loop, so a trial's result costs it a clock read: the trial table is printed and
+``progress.json`` rewritten at most every ``interval`` seconds, and once more at the experiment's end, never per
+trial. Each of those ticks builds a bounded snapshot (counts, the running trials, the top trials) in O(n log k) for n
+trials, so an experiment's tracking costs O(n) per interval, not O(n) per trial ended (quadratic). The result is two
+files: ``result.json``, bounded (the XCom contract, counts, the top and the errored trials), which the Airflow side
+reads, and ``trials.json`` with every trial's row.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import sys
@@ -17,12 +21,15 @@ from typing import Any
 from ray import tune
 
 from airflow_tune import jsonsafe, storage
-from airflow_tune.contract import LOG_MARK, PROGRESS_FILE, manifest_uri
+from airflow_tune.contract import LOG_MARK, PROGRESS_FILE, TRIALS_FILE, manifest_uri
 from airflow_tune.spec import ExperimentSpec
 
 TOP_TRIALS = 10
 MAX_RUNNING_LISTED = 20
 TABLE_ROWS = 12
+#: Rows of result.json's ``trials``: the best trials by the metric, then errored ones (every row is in trials.json).
+RESULT_TOP_TRIALS = 20
+RESULT_ERRORED_TRIALS = 20
 
 
 def _scalar(value: Any) -> bool:
@@ -86,12 +93,12 @@ class ProgressCallback(tune.Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended.add(trial.trial_id)
-        self._tick(trials, force_write=True)
+        self._tick(trials)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended.add(trial.trial_id)
         self._emit(f"trial {trial.trial_id} errored: {self.error_line(trial)}")
-        self._tick(trials, force_write=True)
+        self._tick(trials)
 
     def error_line(self, trial: Any) -> str:
         """``Type: message`` of the trial's exception, and where the full text is kept in storage."""
@@ -118,7 +125,7 @@ class ProgressCallback(tune.Callback):
         write_due = force_write or now - self._last_write >= self.interval
         if not (print_due or write_due):
             return
-        # One snapshot serves both outputs: it sorts every trial, which counts with thousands of them.
+        # One snapshot serves both outputs.
         snap = progress_snapshot(self.spec, trials)
         if print_due:
             self._last_print = now
@@ -194,7 +201,7 @@ def format_trial_table(trials: list, metric: str, mode: str, rows: int) -> list[
             return (1, 0.0)
         return (0, value if mode == "min" else -value)
 
-    shown = sorted(trials, key=order)[:rows]
+    shown = heapq.nsmallest(rows, trials, key=order)
     out = [f"  {'trial':<20} {'status':<11} {'iter':>5} {metric:>12}  config"]
     for t in shown:
         value = _metric_of(t, metric)
@@ -217,8 +224,8 @@ def progress_snapshot(spec: ExperimentSpec, trials: list) -> dict[str, Any]:
         value = _metric_of(t, spec.metric)
         if value is not None:
             scored.append((t, value))
-    scored.sort(key=lambda tv: sign * tv[1])
-    top = [_trial_brief(t, spec.metric) for t, _ in scored[:TOP_TRIALS]]
+    best_first = heapq.nsmallest(TOP_TRIALS, scored, key=lambda tv: sign * tv[1])
+    top = [_trial_brief(t, spec.metric) for t, _ in best_first]
     running = [_trial_brief(t, spec.metric) for t in trials if t.status == "RUNNING"][:MAX_RUNNING_LISTED]
     best = top[0] if top else None
     return {
@@ -291,6 +298,26 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
         "num_errored": num_errored,
         "trials": trials,
         "finished_at": time.time(),
+    }
+
+
+def bounded_result(spec: ExperimentSpec, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``result.json``: the manifest with only the best and the errored trials (every trial is in ``trials.json``),
+    so what the Airflow side reads stays small whatever the number of trials."""
+    sign = 1.0 if spec.mode == "min" else -1.0
+
+    def score(row: dict[str, Any]) -> float:
+        value = (row.get("metrics") or {}).get(spec.metric)
+        return sign * value if isinstance(value, (int, float)) and not isinstance(value, bool) else math.inf
+
+    rows = manifest["trials"]
+    best = heapq.nsmallest(RESULT_TOP_TRIALS, (r for r in rows if r["error"] is None), key=score)
+    errored = [r for r in rows if r["error"] is not None][:RESULT_ERRORED_TRIALS]
+    return {
+        **manifest,
+        "trials": best + errored,
+        "trials_listed": len(best) + len(errored),
+        "trials_uri": manifest_uri(spec.experiment_uri, TRIALS_FILE),
     }
 
 

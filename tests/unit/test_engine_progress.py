@@ -63,7 +63,7 @@ def _callback(clock: _Clock) -> tuple[progress.ProgressCallback, list]:
     return cb, written
 
 
-def test_callback_rate_limits_results_but_not_trial_ends():
+def test_callback_rate_limits_every_output_and_writes_once_more_at_the_end():
     clock = _Clock()
     cb, written = _callback(clock)
     trials = [_trial(i, "RUNNING") for i in range(3)]
@@ -76,13 +76,14 @@ def test_callback_rate_limits_results_but_not_trial_ends():
     clock.now += 5.1
     cb.on_trial_result(0, trials, trials[0], {})
     assert len(written) == 2
-    cb.on_trial_complete(0, trials, trials[1])  # an end is always written
-    cb.on_trial_complete(0, trials, trials[2])
-    assert len(written) == 4
+    # Trial ends are rate-limited too: a write per end made tracking quadratic in the number of trials.
+    cb.on_trial_complete(0, trials, trials[1])
+    cb.on_trial_error(0, trials, trials[2])
+    assert len(written) == 2
     tables = cb.out.getvalue().count("3 trials:")
     assert tables == 2  # printed at most once per interval
     cb.on_experiment_end(trials)
-    assert len(written) == 5 and cb.out.getvalue().count("3 trials:") == 3
+    assert len(written) == 3 and cb.out.getvalue().count("3 trials:") == 3
 
 
 def test_progress_line_is_machine_readable():
@@ -166,3 +167,28 @@ RuntimeError: boom: bad x=1
 )
 def test_error_summary_is_the_exception_not_a_code_line(text, summary):
     assert progress.error_summary(text).startswith(summary)
+
+
+def test_two_thousand_trials_make_a_bounded_result_and_a_full_trials_file():
+    spec = _spec()
+    rows = [
+        {
+            "trial_id": f"t_{i:05d}",
+            "status": "ERROR" if i % 50 == 0 else "TERMINATED",
+            "config": {"x": i, "name": "a fairly long config value " * 3},
+            "metrics": {"loss": float(i % 997), "training_iteration": 10, "time_total_s": 1.5},
+            "error": "ValueError: boom" if i % 50 == 0 else None,
+            "error_summary": "ValueError: boom" if i % 50 == 0 else None,
+            "path": f"s3://bkt/exp/trial_{i}",
+        }
+        for i in range(2000)
+    ]
+    manifest = {"experiment": "e", "num_trials": 2000, "trials": rows}
+    result = progress.bounded_result(spec, manifest)
+    assert result["trials_listed"] == len(result["trials"]) == 40
+    best = [r for r in result["trials"] if r["error"] is None]
+    assert [r["metrics"]["loss"] for r in best[:3]] == [0.0, 0.0, 1.0]  # the best first, by the spec's mode (min)
+    assert result["trials_uri"].endswith("/.airflow_tune/trials.json")
+    full, bounded = len(json.dumps(manifest)), len(json.dumps(result))
+    print(f"2,000 trials: trials.json {full / 1024:.0f} KB, result.json {bounded / 1024:.1f} KB")
+    assert bounded < 32 * 1024 < full
