@@ -82,12 +82,6 @@ def progress_lines(logs: str) -> list[str]:
     return [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
 
 
-def new_progress_lines(logs: str, printed: int) -> tuple[list[str], int]:
-    """The engine's lines of a job log after the first ``printed`` of them, and how many there are in all."""
-    lines = progress_lines(logs)
-    return lines[printed:], len(lines)
-
-
 def verdict_of(logs: str) -> str | None:
     """The engine's verdict on a run that did not finish, from its job log; None when it printed none."""
     marker = LOG_MARK + VERDICT

@@ -112,6 +112,23 @@ def read_json_or_none(uri: str) -> Any:
         return json.loads(stream.read())
 
 
+def read_json_if_changed(uri: str, seen: Any) -> tuple[Any, Any]:
+    """``(data, version)`` of a JSON file, or ``(None, version)`` when its version is ``seen`` (or it does not
+    exist): one HEAD request while nothing changed, a GET only when it did. The version is the file's mtime and
+    size."""
+    import pyarrow.fs
+
+    fs, path = resolve(uri)
+    info = fs.get_file_info(path)
+    if info.type == pyarrow.fs.FileType.NotFound:
+        return None, None
+    version = (info.mtime_ns, info.size)
+    if version == seen:
+        return None, seen
+    with fs.open_input_stream(path) as stream:
+        return json.loads(stream.read()), version
+
+
 def write_bytes(uri: str, data: bytes) -> None:
     """Write a whole object. S3 puts are atomic: a reader sees the old or the new content, never half."""
     fs, path = resolve(uri)

@@ -18,7 +18,7 @@ from airflow.sdk import BaseHook
 
 from airflow_tune.exceptions import RayJobNotFoundError
 from airflow_tune.hooks.connection import RayEndpoint, merge_runtime_env, stringify_metadata
-from airflow_tune.hooks.status_poll import shared_job_status
+from airflow_tune.hooks.status_poll import JobWatch, shared_job_status, watch
 from airflow_tune.hooks.transport import (
     CONNECT_TIMEOUT,
     AsyncTransport,
@@ -288,6 +288,19 @@ class RayHook(BaseHook):
                 yield self
             finally:
                 self._transport = None
+
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[JobWatch]:
+        """Watch a job through its dashboard's one shared poll (``GET /api/jobs/`` every 0.5 s while anyone watches,
+        whatever the number of watchers); :meth:`JobWatch.changed` wakes a watcher only when its job's status changes.
+
+        :param job_id: the submission id.
+        """
+        job_watch = watch(await self.aget_endpoint(), self.request_timeout, job_id)
+        try:
+            yield job_watch
+        finally:
+            job_watch.close()
 
     async def _aget(self, path: str, *, action: str, job_id: str | None = None) -> Any:
         if self._transport is not None:

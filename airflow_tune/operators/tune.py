@@ -30,7 +30,6 @@ from airflow_tune.contract import (
     failure_text,
     job_spec_uri,
     manifest_uri,
-    new_progress_lines,
     result_succeeded,
     xcom_result,
 )
@@ -40,6 +39,7 @@ from airflow_tune.exceptions import (
     RayConnectionError,
     RayJobError,
 )
+from airflow_tune.following import ProgressFollower
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.rendered import coerce_rendered
@@ -135,7 +135,8 @@ class RayTuneOperator(BaseOperator):
     :param wait_for_completion: wait for the experiment (default); with False, return the job id and
         experiment URI at once for a :class:`~airflow_tune.sensors.tune.RayTuneSensor`.
     :param deferrable: wait in the triggerer instead of a worker slot.
-    :param poll_interval: seconds between status checks.
+    :param poll_interval: seconds between status checks while waiting in a worker (a deferred wait shares one poll
+        per cluster, every 0.5 s, among all triggers).
     :param max_unreachable_s: how long the dashboard may go unanswered while waiting before the task fails.
     :param stop_wait_s: how long Ray waits for the driver to save state after the stop signal.
     :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
@@ -190,7 +191,7 @@ class RayTuneOperator(BaseOperator):
         runtime_env: dict[str, Any] | str | None = None,
         wait_for_completion: bool = True,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        poll_interval: float = 5.0,
+        poll_interval: float = 1.0,
         max_unreachable_s: float = 120.0,
         stop_wait_s: int = 60,
         ship_engine: bool = True,
@@ -377,12 +378,12 @@ class RayTuneOperator(BaseOperator):
                     poll_interval=self.poll_interval,
                     deadline=self._deadline(context),
                     experiment_uri=spec.experiment_uri,
-                    log_interval=max(self.poll_interval, spec.progress_interval_s),
+                    log_interval=spec.progress_interval_s,
                     max_unreachable_s=self.max_unreachable_s,
                 ),
                 method_name="execute_complete",
             )
-        status = self.wait_blocking(job_id, log_interval=max(self.poll_interval, spec.progress_interval_s))
+        status = self.wait_blocking(job_id, spec.experiment_uri, log_interval=spec.progress_interval_s)
         return self.complete(job_id, status, spec.experiment_uri)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
@@ -539,16 +540,16 @@ class RayTuneOperator(BaseOperator):
         return started + seconds
 
     # -- waiting ------------------------------------------------------------------------------------------------
-    def wait_blocking(self, job_id: str, log_interval: float = 10.0) -> str:
-        """Poll until the job ends, printing the engine's progress lines into the task log.
+    def wait_blocking(self, job_id: str, experiment_uri: str, log_interval: float = 10.0) -> str:
+        """Poll until the job ends, printing the experiment's progress (from ``progress.json``) into the task log.
 
         A dashboard that does not answer is asked again until it has been unreachable for ``max_unreachable_s``
         since its last answer, as the trigger does.
 
-        :param log_interval: read the (whole) job log at most this often, and once more at the end.
+        :param log_interval: read ``progress.json`` at most this often (and once more at the end).
         """
-        printed = 0
-        logs_read_at = float("-inf")
+        follower = ProgressFollower(experiment_uri)
+        progress_at = float("-inf")
         answered_at = time.monotonic()
         while True:
             try:
@@ -565,23 +566,21 @@ class RayTuneOperator(BaseOperator):
             answered_at = time.monotonic()
             status = str(info.get("status"))
             terminal = status in TERMINAL_STATUSES
-            if terminal or time.monotonic() - logs_read_at >= log_interval:
-                logs_read_at = time.monotonic()
-                printed = self._print_progress(job_id, printed)
+            if terminal or time.monotonic() - progress_at >= log_interval:
+                progress_at = time.monotonic()
+                self._print_progress(follower)
             if terminal:
                 return status
             time.sleep(self.poll_interval)
 
-    def _print_progress(self, job_id: str, printed: int) -> int:
+    def _print_progress(self, follower: ProgressFollower) -> None:
         try:
-            logs = self.hook.get_job_logs(job_id)
-        except Exception as exc:
-            self.log.debug("Could not read job logs: %s", exc)
-            return printed
-        fresh, printed = new_progress_lines(logs, printed)
-        for line in fresh:
+            lines = follower.poll()
+        except Exception as exc:  # progress is best effort
+            self.log.debug("Could not read the experiment's progress: %s", exc)
+            return
+        for line in lines:
             self.log.info("%s", line)
-        return printed
 
     # -- results ------------------------------------------------------------------------------------------------
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:

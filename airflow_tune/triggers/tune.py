@@ -10,7 +10,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, new_progress_lines
+from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri
+from airflow_tune.exceptions import RayJobNotFoundError
+from airflow_tune.following import ProgressFollower
 from airflow_tune.hooks.ray import RayHook
 
 
@@ -18,18 +20,19 @@ class RayTuneTrigger(BaseTrigger):
     """Fire one event when a Ray Tune job ends, its deadline passes, a target metric is reached, or the dashboard
     stays unreachable for too long.
 
-    Status comes from one shared ``GET /api/jobs/`` per interval for all triggers watching the same cluster; the
-    engine's progress lines are copied from the job log into the task log as they appear.
+    Status comes from one shared ``GET /api/jobs/`` every 0.5 s for all triggers watching the same cluster, and a
+    trigger wakes only when its job's status changes; the experiment's ``progress.json`` (in storage, not the
+    dashboard) is turned into task-log lines at most every ``log_interval``, printed only when they change.
 
     :param job_id: the Ray job's submission id.
     :param ray_conn_id: the ``ray`` connection.
-    :param poll_interval: seconds between status checks.
+    :param poll_interval: seconds between checks of ``target``, and between retries while the dashboard is
+        unreachable.
     :param deadline: a UNIX time after which the job is stopped (SIGINT, state saved) and a ``timeout`` event fires;
         how the operator's ``execution_timeout`` is honoured while deferred.
     :param max_unreachable_s: how long the dashboard may stay unreachable before an ``error`` event fires.
-    :param log_progress: copy the engine's progress lines into the task log.
-    :param log_interval: read the job log at most this often (and once more at the end); each read fetches the
-        whole log from the dashboard, so this bounds the trigger's own load on it.
+    :param log_progress: print the experiment's progress into the task log (needs ``experiment_uri``).
+    :param log_interval: read ``progress.json`` at most this often (and once more at the end).
     :param experiment_uri: the experiment's URI, passed on in the event (and where ``progress.json`` is read for
         ``target``).
     :param target: fire ``TARGET_REACHED`` once the experiment's best value reaches this (by ``mode``).
@@ -84,15 +87,17 @@ class RayTuneTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
-        # One HTTP session for the whole wait, not one per request.
-        async with hook.async_session():
-            async for event in self._watch(hook):
+        follower = ProgressFollower(self.experiment_uri) if self.log_progress and self.experiment_uri else None
+        # One HTTP session for the whole wait; the job's status comes from its dashboard's one shared poll.
+        async with hook.async_session(), hook.watch_job(self.job_id) as watch:
+            async for event in self._follow(hook, watch, follower):
                 yield event
                 return
 
-    async def _watch(self, hook: RayHook) -> AsyncIterator[TriggerEvent]:
-        printed = 0
-        logs_read_at = -math.inf
+    async def _follow(
+        self, hook: RayHook, watch: Any, follower: ProgressFollower | None
+    ) -> AsyncIterator[TriggerEvent]:
+        progress_at = -math.inf
         answered_at = time.monotonic()  # the dashboard's last answer (or the start): "unreachable" counts from it
         while True:
             if self.deadline is not None and time.time() >= self.deadline:
@@ -100,7 +105,9 @@ class RayTuneTrigger(BaseTrigger):
                 yield self._event("timeout", "stopped the job with SIGINT")
                 return
             try:
-                info = await hook.async_job_status(self.job_id, max_age=self.poll_interval)
+                info = await watch.status()
+                if info is None:  # submitted after the shared list was fetched: ask for it alone
+                    info = await self._job_alone(hook)
                 answered_at = time.monotonic()
             except Exception as exc:
                 waited = time.monotonic() - answered_at
@@ -115,32 +122,47 @@ class RayTuneTrigger(BaseTrigger):
                 return
             status = str(info.get("status"))
             terminal = status in TERMINAL_STATUSES
-            if self.log_progress and (terminal or time.monotonic() - logs_read_at >= self.log_interval):
-                logs_read_at = time.monotonic()
-                printed = await self._log_progress(hook, printed)
+            if follower is not None and (terminal or time.monotonic() - progress_at >= self.log_interval):
+                progress_at = time.monotonic()
+                await self._log_progress(follower)
             if terminal:
                 yield self._event(status, info.get("message"))
                 return
             if self.target is not None and await self._target_reached():
                 yield self._event("TARGET_REACHED")
                 return
-            await asyncio.sleep(self.poll_interval)
+            await watch.changed(timeout=self._until_next_check(progress_at, follower is not None))
+
+    def _until_next_check(self, progress_at: float, following: bool) -> float:
+        """Sleep until the job's status changes, or until progress, the target or the deadline want a look."""
+        waits = [60.0]
+        if following:
+            waits.append(progress_at + self.log_interval - time.monotonic())
+        if self.target is not None:
+            waits.append(self.poll_interval)
+        if self.deadline is not None:
+            waits.append(self.deadline - time.time())
+        return max(0.0, min(waits))
+
+    async def _job_alone(self, hook: RayHook) -> dict[str, Any] | None:
+        try:
+            return await hook.async_get_job_info(self.job_id)
+        except RayJobNotFoundError:
+            return None
 
     def _event(self, status: str, message: str | None = None) -> TriggerEvent:
         return TriggerEvent(
             {"status": status, "job_id": self.job_id, "experiment_uri": self.experiment_uri, "message": message}
         )
 
-    async def _log_progress(self, hook: RayHook, printed: int) -> int:
+    async def _log_progress(self, follower: ProgressFollower) -> None:
         try:
-            logs = await hook.async_get_job_logs(self.job_id)
-        except Exception as exc:
-            self.log.debug("Could not read the job log: %s", exc)
-            return printed
-        fresh, printed = new_progress_lines(logs, printed)
-        for line in fresh:
+            lines = await asyncio.to_thread(follower.poll)
+        except Exception as exc:  # progress is best effort
+            self.log.debug("Could not read the experiment's progress: %s", exc)
+            return
+        for line in lines:
             self.log.info("%s", line)
-        return printed
 
     async def _target_reached(self) -> bool:
         if not self.experiment_uri:

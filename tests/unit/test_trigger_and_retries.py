@@ -23,24 +23,33 @@ from airflow_tune.triggers.tune import RayTuneTrigger
 
 
 class FakeDashboard:
-    def __init__(self, statuses: list[str | None], logs: list[str] | None = None) -> None:
+    """The hook as the trigger sees it: a job watch answering ``statuses`` in turn (None: the job is unknown)."""
+
+    def __init__(self, statuses: list[str | None]) -> None:
         self.statuses = statuses
-        self.logs = logs or [""]
         self.stopped: list[str] = []
-        self.log_reads = 0
+        self.waits: list[float] = []
 
     @contextlib.asynccontextmanager
     async def async_session(self) -> AsyncIterator[FakeDashboard]:
         yield self
 
-    async def async_job_status(self, job_id: str, max_age: float) -> dict[str, Any] | None:
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[FakeDashboard]:
+        yield self
+
+    async def status(self) -> dict[str, Any] | None:
         status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
         return None if status is None else {"status": status, "message": f"job is {status}"}
 
-    async def async_get_job_logs(self, job_id: str) -> str:
-        text = self.logs[min(self.log_reads, len(self.logs) - 1)]
-        self.log_reads += 1
-        return text
+    async def changed(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        return False
+
+    async def async_get_job_info(self, job_id: str) -> dict[str, Any]:
+        from airflow_tune.exceptions import RayJobNotFoundError
+
+        raise RayJobNotFoundError(f"Ray job {job_id!r} not found")
 
     def stop_job(self, job_id: str) -> bool:
         self.stopped.append(job_id)
@@ -63,19 +72,33 @@ def _events(monkeypatch, dashboard: FakeDashboard, **kwargs: Any) -> tuple[list[
     return asyncio.run(collect()), logged
 
 
-def test_the_trigger_fires_once_when_the_job_ends_and_copies_each_progress_line_once(monkeypatch):
-    logs = ["[airflow-tune] a\n", "[airflow-tune] a\n[airflow-tune] b\nnoise\n", "[airflow-tune] a\n[airflow-tune] b\n"]
-    dashboard = FakeDashboard(["RUNNING", "RUNNING", "SUCCEEDED"], logs)
+def test_the_trigger_fires_once_when_the_job_ends_and_prints_progress_only_when_it_changes(monkeypatch):
+    snapshots = iter(
+        [
+            ({"metric": "loss", "num_trials": 2, "counts": {"RUNNING": 2}, "best": None}, 1),
+            (None, 1),  # unchanged since the last read
+            ({"metric": "loss", "num_trials": 2, "counts": {"TERMINATED": 2}, "best": {"value": 0.5, "trial_id": "t1"}}, 2),
+        ]
+    )
+    monkeypatch.setattr("airflow_tune.storage.read_json_if_changed", lambda uri, seen: next(snapshots))
+    dashboard = FakeDashboard(["RUNNING", "RUNNING", "SUCCEEDED"])
     events, logged = _events(monkeypatch, dashboard, log_interval=0.0, experiment_uri="s3://b/e")
     assert events == [
         {"status": "SUCCEEDED", "job_id": "j", "experiment_uri": "s3://b/e", "message": "job is SUCCEEDED"}
     ]
-    assert logged == ["[airflow-tune] a", "[airflow-tune] b"]
+    assert logged == ["[airflow-tune] 2 trials: RUNNING=2", "[airflow-tune] 2 trials: TERMINATED=2 best loss=0.5 (t1)"]
 
 
 def test_the_trigger_reports_a_job_the_cluster_does_not_know(monkeypatch):
     events, _ = _events(monkeypatch, FakeDashboard([None]), log_progress=False)
+    # Not in the shared list, and not found when asked for alone.
     assert [e["status"] for e in events] == ["error"] and events[0]["message"] == "job not found"
+
+
+def test_the_trigger_sleeps_until_its_job_changes_when_nothing_else_is_due(monkeypatch):
+    dashboard = FakeDashboard(["RUNNING", "RUNNING", "SUCCEEDED"])
+    _events(monkeypatch, dashboard, log_progress=False)
+    assert dashboard.waits == [60.0, 60.0]  # woken by the shared poll, not by a timer
 
 
 def test_the_trigger_fires_when_the_target_is_reached(monkeypatch):

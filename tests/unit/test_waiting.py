@@ -40,6 +40,17 @@ class Dashboard:
     async def async_session(self) -> AsyncIterator[Dashboard]:
         yield self
 
+    @contextlib.asynccontextmanager
+    async def watch_job(self, job_id: str) -> AsyncIterator[Dashboard]:
+        yield self
+
+    async def status(self) -> dict[str, Any]:
+        return self.next()
+
+    async def changed(self, timeout: float) -> bool:
+        self.clock.now += 5.0  # the next shared poll that brings news
+        return True
+
     def next(self) -> dict[str, Any]:
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if answer is None:
@@ -108,7 +119,7 @@ def test_the_blocking_wait_rides_out_an_unreachable_dashboard(monkeypatch):
     monkeypatch.setattr(operator_module.time, "sleep", clock.sleep)
     op = _operator(max_unreachable_s=200)
     op.__dict__["hook"] = Dashboard(clock, ["RUNNING", None, None, "RUNNING", None, "SUCCEEDED"])
-    assert op.wait_blocking("j") == "SUCCEEDED"
+    assert op.wait_blocking("j", "s3://bkt/e") == "SUCCEEDED"
 
 
 def test_the_blocking_wait_fails_clearly_after_max_unreachable_s(monkeypatch):
@@ -120,4 +131,4 @@ def test_the_blocking_wait_fails_clearly_after_max_unreachable_s(monkeypatch):
     op = _operator(max_unreachable_s=100)
     op.__dict__["hook"] = Dashboard(clock, ["RUNNING", None])
     with pytest.raises(RayConnectionError, match=r"unreachable for 130s while waiting for job j"):
-        op.wait_blocking("j")
+        op.wait_blocking("j", "s3://bkt/e")
