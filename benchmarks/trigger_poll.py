@@ -21,17 +21,17 @@ async def _round(calls: list[Any]) -> float:
 
 
 async def _measure(job_ids: list[str], triggers: int, rounds: int) -> dict[str, dict[str, float]]:
-    from airflow_tune.hooks import ray as ray_hook_module
     from airflow_tune.hooks.ray import RayHook
+    from airflow_tune.hooks.transport import AsyncTransport
 
     counted = {"n": 0}
-    original = ray_hook_module._get_json
+    original = AsyncTransport.get_json
 
-    async def counting_get_json(*args: Any, **kwargs: Any) -> Any:
+    async def counting_get_json(self: Any, *args: Any, **kwargs: Any) -> Any:
         counted["n"] += 1
-        return await original(*args, **kwargs)
+        return await original(self, *args, **kwargs)
 
-    ray_hook_module._get_json = counting_get_json  # type: ignore[assignment]
+    AsyncTransport.get_json = counting_get_json  # type: ignore[method-assign]
     try:
         hooks = [RayHook() for _ in range(triggers)]
         for hook in hooks:
@@ -54,7 +54,7 @@ async def _measure(job_ids: list[str], triggers: int, rounds: int) -> dict[str, 
             out[name] = {"requests_per_round": counted["n"] / rounds, "seconds_per_round": statistics.median(times)}
         return out
     finally:
-        ray_hook_module._get_json = original  # type: ignore[assignment]
+        AsyncTransport.get_json = original  # type: ignore[method-assign]
 
 
 def main(stack_state: Any = None, triggers: int = 100, rounds: int = 5) -> dict[str, dict[str, float]]:

@@ -77,7 +77,15 @@ def test_the_trigger_fires_once_when_the_job_ends_and_prints_progress_only_when_
         [
             ({"metric": "loss", "num_trials": 2, "counts": {"RUNNING": 2}, "best": None}, 1),
             (None, 1),  # unchanged since the last read
-            ({"metric": "loss", "num_trials": 2, "counts": {"TERMINATED": 2}, "best": {"value": 0.5, "trial_id": "t1"}}, 2),
+            (
+                {
+                    "metric": "loss",
+                    "num_trials": 2,
+                    "counts": {"TERMINATED": 2},
+                    "best": {"value": 0.5, "trial_id": "t1"},
+                },
+                2,
+            ),
         ]
     )
     monkeypatch.setattr("airflow_tune.storage.read_json_if_changed", lambda uri, seen: next(snapshots))
