@@ -210,8 +210,20 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
     raise EngineError(f"unknown scheduler {sched.name!r}")  # pragma: no cover - the spec rejects it
 
 
+def concurrency_limit(spec: ExperimentSpec) -> int | None:
+    """The tighter of ``max_concurrent_trials`` and ``search.max_concurrent``, or None."""
+    limits = [n for n in (spec.max_concurrent_trials, spec.search.max_concurrent) if n]
+    return min(limits) if limits else None
+
+
 def build_search(spec: ExperimentSpec) -> Any:
+    """The search algorithm, with the concurrency limit applied here.
+
+    Tune 2.60 ignores ``TuneConfig(max_concurrent_trials=...)`` (with only a warning) when the search algorithm is a
+    ``BasicVariantGenerator`` instance, as the random/grid one is: the limit must be given to the generator itself.
+    """
     search = spec.search
+    limit = concurrency_limit(spec)
     args = dict(search.args)
     points = [dict(p) for p in spec.points_to_evaluate] if spec.points_to_evaluate else None
     if search.factory:
@@ -226,8 +238,8 @@ def build_search(spec: ExperimentSpec) -> Any:
         if name in ("random", "grid"):
             from ray.tune.search.basic_variant import BasicVariantGenerator
 
-            if search.max_concurrent:
-                args.setdefault("max_concurrent", search.max_concurrent)
+            if limit:
+                args.setdefault("max_concurrent", limit)
             return BasicVariantGenerator(points_to_evaluate=points, **args)
         if name == "optuna":
             from ray.tune.search.optuna import OptunaSearch
@@ -243,10 +255,16 @@ def build_search(spec: ExperimentSpec) -> Any:
             searcher = BayesOptSearch(points_to_evaluate=points, **args)
         else:  # pragma: no cover - the spec rejects it
             raise EngineError(f"unknown search algorithm {search.name!r}")
-    if search.max_concurrent:
-        from ray.tune.search import ConcurrencyLimiter
+    if limit:
+        from ray.tune.search import ConcurrencyLimiter, Searcher
 
-        searcher = ConcurrencyLimiter(searcher, max_concurrent=search.max_concurrent)
+        if isinstance(searcher, Searcher):
+            searcher = ConcurrencyLimiter(searcher, max_concurrent=limit)
+        elif not searcher.set_max_concurrency(limit):
+            raise EngineError(
+                f"search.factory {search.factory!r} returned a {type(searcher).__name__}, which takes no concurrency "
+                "limit: return a Searcher, or drop max_concurrent_trials / search.max_concurrent"
+            )
     return searcher
 
 
@@ -304,7 +322,7 @@ def build_tune_config(spec: ExperimentSpec) -> tune.TuneConfig:
         metric=spec.metric,
         mode=spec.mode,
         num_samples=spec.num_samples,
-        max_concurrent_trials=spec.max_concurrent_trials,
+        max_concurrent_trials=None,  # applied by build_search, where Tune honours it for every searcher
         time_budget_s=spec.time_budget_s,
         reuse_actors=spec.reuse_actors,
         scheduler=build_scheduler(spec),

@@ -73,22 +73,35 @@ def _assert_resumed(manifest: dict, marker_dir: str, finished: set, interrupted:
     assert state["x"] == 3 and state["step"] == 4, state  # the best step (4), not the last (5)
 
 
+def _hold(tmp_path, x: int, step: int) -> dict:
+    """Keep trial ``x`` after its ``step`` until the test lets go (by removing the file)."""
+    hold = tmp_path / f"hold-x{x}"
+    hold.write_text("")
+    return {"x": x, "step": step, "file": str(hold)}
+
+
 def test_sigkilled_driver_then_rerun_restores(stack, tmp_path):
+    """What Tune guarantees after a SIGKILL: trials its last experiment snapshot recorded as finished never run
+    again, and a trial it recorded running resumes from its last checkpoint. Trial x=2 is held at its step 1 until
+    a snapshot has recorded it, so the kill lands at a known point however slow the machine is."""
+    hold = _hold(tmp_path, x=2, step=1)
     spec = _checkpointing_spec(stack, tmp_path, "sigkill")
+    spec["param_space"]["hold"] = hold
     # Tune snapshots the experiment at most every TUNE_GLOBAL_CHECKPOINT_S (auto: >= 10 s); what happens after the
     # last snapshot is lost when the driver dies. A short period keeps the test short.
     env = {"TUNE_GLOBAL_CHECKPOINT_S": "0.5"}
     job_id = jobs.submit(stack, spec, env=env)
     pid = jobs.driver_pid(stack, job_id)
-    jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 2), 120, "2 trials done and a 3rd under way")
-    time.sleep(1.5)  # let a snapshot record the finished trials and the running one's checkpoint
+    jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(2) == 1, 120, "trial x=2 held at step 1")
+    time.sleep(2.0)  # several snapshot periods: the last one records x=0 and x=1 finished, x=2 at its checkpoint 1
     os.kill(pid, signal.SIGKILL)
     assert jobs.wait(stack, job_id, 60) == "FAILED"
     assert jobs.exit_code(stack, job_id) in (-9, 137, None)
     assert storage.read_json_or_none(jobs.result_uri(spec)) is None
     time.sleep(1)  # the killed driver's trial actors go with it
+    os.remove(hold["file"])
     finished, interrupted = _progress_at_interrupt(str(tmp_path))
-    assert len(finished) >= 2 and interrupted, (finished, interrupted)
+    assert finished == {0, 1} and interrupted == {2: 1}, (finished, interrupted)
 
     logs, manifest = jobs.run_ok(stack, spec, env=env)
     assert "[airflow-tune] restored experiment" in logs
@@ -97,19 +110,22 @@ def test_sigkilled_driver_then_rerun_restores(stack, tmp_path):
 
 @pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
 def test_stopped_job_saves_state_and_rerun_resumes(stack, tmp_path, stop_signal):
-    """SIGINT reaches Tune directly; SIGTERM (Ray's default stop signal) is forwarded by the engine as SIGUSR1."""
+    """SIGINT reaches Tune directly; SIGTERM (Ray's default stop signal) is forwarded by the engine as SIGUSR1.
+    Trial x=2 is held after its step 1, so the stop lands while it runs whatever the machine's speed."""
     xs = [1, 2, 3]
-    # 8 steps of 0.5 s: the stop lands while the 2nd trial runs, even on a busy machine (it is sent at its step 1).
-    spec = _checkpointing_spec(stack, tmp_path, f"stop-{stop_signal.lower()}", xs=xs, steps=8, sleep=0.5)
+    hold = _hold(tmp_path, x=2, step=1)
+    spec = _checkpointing_spec(stack, tmp_path, f"stop-{stop_signal.lower()}", xs=xs, steps=8, sleep=0.2)
+    spec["param_space"]["hold"] = hold
     job_id = jobs.submit(stack, spec, env={"RAY_JOB_STOP_SIGNAL": stop_signal})
     try:
-        jobs.wait_until(lambda: _finished_and_running(str(tmp_path), 1), 120, "1 trial done and a 2nd under way")
+        jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(2) == 1, 120, "trial x=2 at step 1")
     except TimeoutError:
         raise AssertionError(jobs.logs(stack, job_id)[-5000:]) from None
     jobs.client(stack).stop_job(job_id)
     assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    os.remove(hold["file"])
     finished, interrupted = _progress_at_interrupt(str(tmp_path))
-    assert finished and interrupted, (finished, interrupted)
+    assert finished == {1} and interrupted == {2: 1}, (finished, interrupted)
     logs = jobs.logs(stack, job_id)
     assert "state saved, a rerun resumes" in logs, logs[-4000:]
     assert storage.read_json_or_none(jobs.result_uri(spec)) is None

@@ -195,3 +195,29 @@ def test_missing_package_in_factory_names_it(monkeypatch):
         build.build_search(_spec(search={"factory": "m:factory"}))
     with pytest.raises(build.EngineError, match="needs the package 'airflow_tune_no_such_pkg'"):
         build.build_scheduler(_spec(scheduler={"factory": "m:factory"}))
+
+
+@pytest.mark.parametrize(
+    ("fields", "limit"),
+    [
+        ({"max_concurrent_trials": 1}, 1),
+        ({"search": {"name": "random", "max_concurrent": 3}}, 3),
+        ({"max_concurrent_trials": 2, "search": {"name": "random", "max_concurrent": 3}}, 2),
+        ({"max_concurrent_trials": 2, "search": "optuna"}, 2),
+        ({}, None),
+    ],
+)
+def test_the_concurrency_limit_reaches_the_search_algorithm(fields, limit):
+    """Tune 2.60 ignores TuneConfig(max_concurrent_trials) for a BasicVariantGenerator instance: it goes to the
+    generator (or a ConcurrencyLimiter around a Searcher) instead, and TuneConfig gets None."""
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    base = {"trainable": "m:f", "name": "n", "storage_path": "/tmp/aft-x", "metric": "loss", "mode": "min"}
+    spec = ExperimentSpec.from_dict({**base, "param_space": {"x": {"choice": [1, 2]}}, **fields})
+    search = build.build_search(spec)
+    if isinstance(search, BasicVariantGenerator):
+        assert search.max_concurrent == (limit or 0)
+    elif limit:
+        assert isinstance(search, ConcurrencyLimiter) and search.max_concurrent == limit
+    assert build.build_tune_config(spec).max_concurrent_trials is None

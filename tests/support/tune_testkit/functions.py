@@ -80,7 +80,17 @@ def checkpointing(config: dict) -> None:
                 json.dump({"step": step, "x": config["x"], "loss": loss}, fh)
             tune.report({"loss": loss, "step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
         _mark(config, "step", step=step)
+        _hold(config, step)
     _mark(config, "end")
+
+
+def _hold(config: dict, step: int) -> None:
+    """With ``hold = {"x": x, "step": n, "file": path}``: trial x waits after its step n while the file exists, so a
+    test can interrupt it at a known point whatever the machine's speed."""
+    hold = config.get("hold") or {}
+    if hold.get("x") == config["x"] and hold.get("step") == step:
+        while os.path.exists(hold["file"]):
+            time.sleep(0.1)
 
 
 def _crashed_before(config: dict) -> bool:
