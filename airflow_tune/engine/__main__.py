@@ -108,6 +108,7 @@ def run(spec: ExperimentSpec) -> int:
     import ray
 
     from airflow_tune.engine.build import build_tuner
+    from airflow_tune.engine.feasibility import FeasibilityCallback
     from airflow_tune.engine.progress import ProgressCallback, bounded_result, build_result_manifest
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
@@ -122,7 +123,7 @@ def run(spec: ExperimentSpec) -> int:
     # ray.init() installs its own SIGTERM handler (sys.exit) on the driver: forward SIGTERM to Tune after it.
     signal.signal(signal.SIGTERM, _forward_to_tune)
     callback = ProgressCallback(spec)
-    tuner, restored = build_tuner(spec, [callback])
+    tuner, restored = build_tuner(spec, [callback, FeasibilityCallback(spec.infeasible_wait_s)])
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     grid = tuner.fit()

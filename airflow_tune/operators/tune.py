@@ -73,6 +73,7 @@ _SPEC_FIELDS = (
     "errored_trials",
     "best_scope",
     "progress_interval_s",
+    "infeasible_wait_s",
 )
 # BaseOperator has its own "resources"; the spec's field is set from this argument.
 _SPEC_NAMES = {"resources_per_trial": "resources"}
@@ -117,6 +118,8 @@ class RayTuneOperator(BaseOperator):
     :param trainable_kwargs: JSON keyword arguments for the trainable (``tune.with_parameters``).
     :param errored_trials: on restore, ``resume``, ``restart`` or ``keep`` errored trials.
     :param best_scope: Tune's scope for picking the best trial (``last``, ``all``, ...).
+    :param infeasible_wait_s: a trial that asks for resources no node has fails the experiment, naming them, after
+        this many seconds (0: at once; on an autoscaling cluster give it the time to add nodes, e.g. 600).
     :param experiment_name: the experiment's name; by default derived from dag, task, map index and run id. One name
         is one experiment: a run that reuses a name with another spec (search space, trainable, metric, ...) is
         refused, naming what differs.
@@ -181,6 +184,7 @@ class RayTuneOperator(BaseOperator):
         errored_trials: str = "resume",
         best_scope: str = "last",
         progress_interval_s: float = 10.0,
+        infeasible_wait_s: float = 0.0,
         experiment_name: str | None = None,
         warm_start: str | dict[str, Any] | None = None,
         ray_conn_id: str = RayHook.default_conn_name,
@@ -227,6 +231,7 @@ class RayTuneOperator(BaseOperator):
         self.errored_trials = errored_trials
         self.best_scope = best_scope
         self.progress_interval_s = progress_interval_s
+        self.infeasible_wait_s = infeasible_wait_s
         self.experiment_name = experiment_name
         self.warm_start = warm_start
         self.ray_conn_id = ray_conn_id

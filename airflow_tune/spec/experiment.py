@@ -56,6 +56,8 @@ class ExperimentSpec:
     :param param_space: the declarative search space (see :data:`PRIMITIVES`).
     :param errored_trials: what a rerun does with trials that errored: resume from their checkpoint, restart them
         from scratch, or keep them as errored.
+    :param infeasible_wait_s: how long a trial may ask for resources no node has before the experiment fails (0 on
+        a fixed cluster; give an autoscaling cluster time to add nodes).
     """
 
     trainable: str
@@ -79,6 +81,7 @@ class ExperimentSpec:
     errored_trials: Literal["resume", "restart", "keep"] = "resume"
     best_scope: str = "last"
     progress_interval_s: float = 10.0
+    infeasible_wait_s: float = 0.0
     version: int = SPEC_VERSION
 
     # -- JSON in/out ----------------------------------------------------------------------------------------------
@@ -245,6 +248,14 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
     tb = kw.get("time_budget_s")
     if tb is not None and (not is_number(tb) or tb <= 0):
         errors.add("time_budget_s", tb, "must be a positive number of seconds", "give e.g. 3600, or null")
+    wait = kw.get("infeasible_wait_s", 0.0)
+    if not is_number(wait) or wait < 0:
+        errors.add(
+            "infeasible_wait_s",
+            wait,
+            "must be a number of seconds >= 0",
+            "give 0, or e.g. 600 on an autoscaling cluster",
+        )
     pi = kw.get("progress_interval_s", 10.0)
     if not is_number(pi) or pi < 0.5:
         errors.add("progress_interval_s", pi, "must be a number >= 0.5", "give e.g. 10")

@@ -102,6 +102,7 @@ ARGUMENTS: list[tuple[str, Any, str, Any, list[str]]] = [
     ("errored_trials", "restart", "errored_trials", "restart", []),
     ("best_scope", "all", "best_scope", "all", []),
     ("progress_interval_s", 2.0, "progress_interval_s", 2.0, ["2.0"]),
+    ("infeasible_wait_s", 600, "infeasible_wait_s", 600, ["600"]),
     ("experiment_name", "my-experiment", "name", "my-experiment", []),
 ]
 

@@ -1,0 +1,112 @@
+"""Fail clearly when trials ask for resources no node of the cluster has, instead of waiting forever.
+
+Tune 2.60 only prints a warning for a trial no node can host (a GPU on a CPU-only cluster, 64 CPUs on 2) and waits;
+only the task's ``execution_timeout`` would end it. This Tune callback compares each pending trial's placement group
+with the capacity of the cluster's alive nodes and, once a trial has been infeasible for ``wait_s`` (give an
+autoscaling cluster time to add nodes), raises, which ends the experiment (and the job) with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ray import tune
+
+#: How often the cluster's nodes are asked for, at most.
+CHECK_EVERY_S = 2.0
+
+
+class InfeasibleResourcesError(RuntimeError):
+    """A trial asks for resources that no node of the cluster offers."""
+
+
+def fits(bundles: Sequence[Mapping[str, float]], strategy: str, nodes: Sequence[Mapping[str, float]]) -> bool:
+    """Whether a placement group of ``bundles`` could ever be placed on ``nodes`` (their total resources)."""
+
+    def on(node: Mapping[str, float], need: Mapping[str, float]) -> bool:
+        return all(node.get(name, 0.0) >= amount for name, amount in need.items() if amount)
+
+    if not bundles:
+        return True
+    if strategy == "STRICT_PACK":
+        total: dict[str, float] = {}
+        for bundle in bundles:
+            for name, amount in bundle.items():
+                total[name] = total.get(name, 0.0) + amount
+        return any(on(node, total) for node in nodes)
+    if not all(any(on(node, bundle) for node in nodes) for bundle in bundles):
+        return False
+    if strategy == "STRICT_SPREAD":
+        return sum(1 for node in nodes if any(on(node, b) for b in bundles)) >= len(bundles)
+    return True
+
+
+def alive_node_resources() -> list[dict[str, float]]:
+    import ray
+
+    return [dict(node.get("Resources") or {}) for node in ray.nodes() if node.get("Alive")]
+
+
+def describe_nodes(nodes: Sequence[Mapping[str, float]]) -> str:
+    shown = []
+    for node in nodes:
+        kept = {k: v for k, v in sorted(node.items()) if not k.startswith(("node:", "object_store_memory"))}
+        if "memory" in kept:
+            kept["memory"] = f"{kept['memory'] / 2**30:.1f} GiB"  # type: ignore[assignment]
+        shown.append(str(kept))
+    return "; ".join(shown) or "no alive node"
+
+
+class FeasibilityCallback(tune.Callback):
+    """Raise :class:`InfeasibleResourcesError` once a pending trial has asked ``wait_s`` for what no node has.
+
+    :param wait_s: how long a trial may be infeasible before the experiment fails (time for an autoscaler).
+    :param nodes: the alive nodes' total resources (for tests); by default read from Ray.
+    :param clock: seconds, monotonic (for tests).
+    """
+
+    def __init__(
+        self,
+        wait_s: float = 0.0,
+        *,
+        nodes: Callable[[], list[dict[str, float]]] = alive_node_resources,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.wait_s = wait_s
+        self.nodes = nodes
+        self.clock = clock
+        self._checked_at = -float("inf")
+        self._infeasible_since: float | None = None
+
+    def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
+        now = self.clock()
+        if now - self._checked_at < CHECK_EVERY_S:
+            return
+        self._checked_at = now
+        pending = [t for t in trials if t.status == "PENDING"]
+        if not pending:
+            self._infeasible_since = None
+            return
+        nodes = self.nodes()
+        stuck = []
+        for trial in pending:
+            pgf = trial.placement_group_factory
+            if not fits(pgf.bundles, pgf.strategy, nodes):
+                stuck.append((trial, pgf))
+        if not stuck:
+            self._infeasible_since = None
+            return
+        if self._infeasible_since is None:
+            self._infeasible_since = now
+        if now - self._infeasible_since < self.wait_s:
+            return
+        trial, pgf = stuck[0]
+        asked = pgf.bundles if len(pgf.bundles) > 1 else pgf.bundles[0]
+        raise InfeasibleResourcesError(
+            f"trial {trial.trial_id} asks for {asked} ({pgf.strategy}), which no node of the cluster offers "
+            f"(nodes: {describe_nodes(nodes)}); {len(stuck)} pending trial(s) cannot run. Ask for less in "
+            "resources_per_trial (or the trainable's default_resource_request), add such nodes, or, on an "
+            "autoscaling cluster, give it time with infeasible_wait_s"
+        )
