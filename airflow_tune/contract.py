@@ -30,6 +30,26 @@ METADATA_FINGERPRINT = "airflow_tune_fingerprint"
 #: (``--spec``), so no size limit of an environment variable or of the Jobs API applies to it.
 METADATA_SPEC_URI = "airflow_tune_spec_uri"
 
+
+def pending_too_long(info: Mapping[str, Any], limit_s: float | None, now: float) -> str | None:
+    """Why a job that is still PENDING ``limit_s`` after its submission should be given up, or None.
+
+    A job stays PENDING while its runtime env installs and until a node can run its driver; one that never gets
+    there would hold the task until its execution_timeout.
+    """
+    if limit_s is None or info.get("status") != "PENDING" or not info.get("start_time"):
+        return None
+    waited = now - float(info["start_time"]) / 1000.0
+    if waited < limit_s:
+        return None
+    return (
+        f"Ray job {info.get('submission_id')} stayed PENDING for {waited:.0f}s (pending_timeout_s={limit_s:.0f}): "
+        f"{info.get('message') or 'no message'}; its runtime env may not install (check pip/py_modules/working_dir) "
+        "or no node can run its driver. Stopping it was requested (Ray ends a job whose driver never starts after its "
+        "RAY_JOB_START_TIMEOUT_SECONDS, 15 min by default)"
+    )
+
+
 #: Ray job statuses.
 LIVE_STATUSES = frozenset({"PENDING", "RUNNING"})
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})

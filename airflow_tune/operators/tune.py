@@ -30,6 +30,7 @@ from airflow_tune.contract import (
     failure_text,
     job_spec_uri,
     manifest_uri,
+    pending_too_long,
     result_succeeded,
     xcom_result,
 )
@@ -141,6 +142,8 @@ class RayTuneOperator(BaseOperator):
     :param poll_interval: seconds between status checks while waiting in a worker (a deferred wait shares one poll
         per cluster, every 0.5 s, among all triggers).
     :param max_unreachable_s: how long the dashboard may go unanswered while waiting before the task fails.
+    :param pending_timeout_s: a job still PENDING this long after its submission (its runtime env does not install,
+        no node can run its driver) is stopped and the task fails saying so; None waits for ``execution_timeout``.
     :param stop_wait_s: how long Ray waits for the driver to save state after the stop signal.
     :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
     """
@@ -197,6 +200,7 @@ class RayTuneOperator(BaseOperator):
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 1.0,
         max_unreachable_s: float = 120.0,
+        pending_timeout_s: float | None = 600.0,
         stop_wait_s: int = 60,
         ship_engine: bool = True,
         **kwargs: Any,
@@ -244,6 +248,7 @@ class RayTuneOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.max_unreachable_s = max_unreachable_s
+        self.pending_timeout_s = pending_timeout_s
         self.stop_wait_s = stop_wait_s
         self.ship_engine = ship_engine
         self.job_id: str | None = None
@@ -385,6 +390,7 @@ class RayTuneOperator(BaseOperator):
                     experiment_uri=spec.experiment_uri,
                     log_interval=spec.progress_interval_s,
                     max_unreachable_s=self.max_unreachable_s,
+                    pending_timeout_s=self.pending_timeout_s,
                 ),
                 method_name="execute_complete",
             )
@@ -399,6 +405,8 @@ class RayTuneOperator(BaseOperator):
             raise RayJobError(f"execution_timeout reached: {event.get('message')}")
         if status == "error":
             raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
+        if status == "pending_timeout":
+            raise RayJobError(str(event.get("message")))
         return self.complete(str(self.job_id), str(status), experiment_uri, event.get("message"))
 
     def on_kill(self) -> None:
@@ -569,6 +577,10 @@ class RayTuneOperator(BaseOperator):
                 time.sleep(self.poll_interval)
                 continue
             answered_at = time.monotonic()
+            stuck = pending_too_long({**info, "submission_id": job_id}, self.pending_timeout_s, time.time())
+            if stuck:
+                self.hook.stop_job(job_id)
+                raise RayJobError(stuck)
             status = str(info.get("status"))
             terminal = status in TERMINAL_STATUSES
             if terminal or time.monotonic() - progress_at >= log_interval:

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri
+from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, pending_too_long
 from airflow_tune.exceptions import RayJobNotFoundError
 from airflow_tune.following import ProgressFollower
 from airflow_tune.hooks.ray import RayHook
@@ -37,6 +37,8 @@ class RayTuneTrigger(BaseTrigger):
         ``target``).
     :param target: fire ``TARGET_REACHED`` once the experiment's best value reaches this (by ``mode``).
     :param mode: ``min`` or ``max`` for ``target``; by default the experiment's mode.
+    :param pending_timeout_s: stop the job and fire ``pending_timeout`` when it is still PENDING this long after its
+        submission.
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class RayTuneTrigger(BaseTrigger):
         experiment_uri: str | None = None,
         target: float | None = None,
         mode: str | None = None,
+        pending_timeout_s: float | None = None,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -64,6 +67,7 @@ class RayTuneTrigger(BaseTrigger):
         self.experiment_uri = experiment_uri
         self.target = target
         self.mode = mode
+        self.pending_timeout_s = pending_timeout_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -79,6 +83,7 @@ class RayTuneTrigger(BaseTrigger):
                 "experiment_uri": self.experiment_uri,
                 "target": self.target,
                 "mode": self.mode,
+                "pending_timeout_s": self.pending_timeout_s,
             },
         )
 
@@ -120,6 +125,11 @@ class RayTuneTrigger(BaseTrigger):
             if info is None:
                 yield self._event("error", "job not found")
                 return
+            stuck = pending_too_long({**info, "submission_id": self.job_id}, self.pending_timeout_s, time.time())
+            if stuck:
+                await self._stop(hook)
+                yield self._event("pending_timeout", stuck)
+                return
             status = str(info.get("status"))
             terminal = status in TERMINAL_STATUSES
             if follower is not None and (terminal or time.monotonic() - progress_at >= self.log_interval):
@@ -142,6 +152,8 @@ class RayTuneTrigger(BaseTrigger):
             waits.append(self.poll_interval)
         if self.deadline is not None:
             waits.append(self.deadline - time.time())
+        if self.pending_timeout_s is not None:
+            waits.append(self.poll_interval)
         return max(0.0, min(waits))
 
     async def _job_alone(self, hook: RayHook) -> dict[str, Any] | None:

@@ -165,3 +165,13 @@ def teardown_module() -> None:
                 hook.stop_job(job["submission_id"])
     except Exception:
         pass
+
+
+@pytest.mark.timeout(180)
+def test_a_spec_of_2_mb_runs(tmp_path):
+    """The spec travels through storage: 2 MB of trainable_kwargs (a job's env var stops at 128 KB, the Jobs API at
+    about 2 MB) reach the trainable, and the deferred task ends."""
+    run = run_dag(load_dag("aft_large_kwargs"), logical_date=_unique_date())
+    assert run.state == "success", run.errors("tune")
+    result = run.xcom("tune")
+    assert result["best_metrics"]["blob_len"] == 2_000_000 and result["num_terminated"] == 2

@@ -58,6 +58,7 @@ TRIGGER_KWARGS: dict[str, list[dict[str, Any]]] = {
             "experiment_uri": "s3://bucket/experiments/exp",
             "target": 0.125,
             "mode": "max",
+            "pending_timeout_s": 600.0,
         },
     ]
 }

@@ -36,7 +36,7 @@ def _tune(task_id: str = "tune", trainable: str = "tune_testkit.airflow_cases:st
         storage_path=kwargs.pop("storage_path", STORAGE),
         metric="loss",
         mode=kwargs.pop("mode", "min"),
-        param_space=SPACE,
+        param_space=kwargs.pop("param_space", SPACE),
         checkpoint={"num_to_keep": 2},
         py_modules=[TESTKIT],
         progress_interval_s=1.0,
@@ -86,6 +86,16 @@ with _dag("aft_retry") as retry:
 
 with _dag("aft_bad_spec") as bad_spec:
     _tune(mode="maximize")
+
+with _dag("aft_large_kwargs") as large_kwargs:
+    # 2 MB of keyword arguments: over Linux's 128 KB limit for one environment variable and the Jobs API's limit.
+    # Rendered at run time, so the serialized DAG stays small.
+    _tune(
+        trainable="tune_testkit.functions:sized",
+        trainable_kwargs='{"blob": "{{ "x" * 2000000 }}"}',
+        deferrable=True,
+        param_space={"x": {"grid_search": [1, 2]}},
+    )
 
 with _dag("aft_unimportable") as unimportable:
     _tune(trainable="no_such_pkg.train:fn")

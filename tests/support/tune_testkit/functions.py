@@ -141,3 +141,8 @@ def sample_nan(spec: object) -> float:
 
 def sample_inf(spec: object) -> list:
     return [float("inf"), float("-inf")]
+
+
+def sized(config: dict, blob: str = "") -> dict:
+    """Reports how much data its keyword argument carried."""
+    return {"loss": float(config["x"]), "blob_len": len(blob)}
