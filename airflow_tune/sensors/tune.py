@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_tune.contract import (
     METADATA_EXPERIMENT_URI,
@@ -87,11 +90,18 @@ class RayTuneSensor(BaseSensorOperator):
         self._validate()
         if self.job_id:
             RayJobLink.persist(context, job_url=self.hook.job_url(self.job_id))
+        if self.deferrable and not self.job_id:
+            self.log.warning(
+                "deferrable=True needs job_id (the trigger follows a Ray job); with only experiment_uri this sensor "
+                "pokes storage from a worker every %ss",
+                self.poke_interval,
+            )
         if self.deferrable and self.job_id:
             if (early := self.poke(context)) and isinstance(early, PokeReturnValue) and early.is_done:
                 return early.xcom_value
             from airflow_tune.triggers.tune import RayTuneTrigger
 
+            timeout = timedelta(seconds=float(self.timeout))
             self.defer(
                 trigger=RayTuneTrigger(
                     job_id=self.job_id,
@@ -100,8 +110,12 @@ class RayTuneSensor(BaseSensorOperator):
                     experiment_uri=self.experiment_uri,
                     target=self.target,  # type: ignore[arg-type]
                     mode=self.target_mode,
+                    # The sensor waits for someone else's job: at its timeout it gives up, it does not stop the job.
+                    deadline=time.time() + timeout.total_seconds(),
+                    stop_at_deadline=False,
                 ),
                 method_name="execute_complete",
+                timeout=timeout,
             )
         return super().execute(context)
 
@@ -137,6 +151,10 @@ class RayTuneSensor(BaseSensorOperator):
         if status == "TARGET_REACHED":
             progress = storage.read_json_or_none(manifest_uri(str(self.experiment_uri), PROGRESS_FILE))
             return self._early(progress or {})
+        if status == "timeout":
+            raise AirflowSensorTimeout(
+                f"RayTuneSensor timed out after {self.timeout}s waiting for Ray job {self.job_id} (the job goes on)"
+            )
         if status in TERMINAL_STATUSES:
             raise RayJobError(self._failure(str(status), event.get("message")))
         raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")

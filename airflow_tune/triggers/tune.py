@@ -39,6 +39,8 @@ class RayTuneTrigger(BaseTrigger):
     :param mode: ``min`` or ``max`` for ``target``; by default the experiment's mode.
     :param pending_timeout_s: stop the job and fire ``pending_timeout`` when it is still PENDING this long after its
         submission.
+    :param stop_at_deadline: stop the job at the deadline (the operator's own job); False for a sensor, which only
+        stops waiting.
     """
 
     def __init__(
@@ -55,6 +57,7 @@ class RayTuneTrigger(BaseTrigger):
         target: float | None = None,
         mode: str | None = None,
         pending_timeout_s: float | None = None,
+        stop_at_deadline: bool = True,
     ) -> None:
         super().__init__()
         self.job_id = job_id
@@ -68,6 +71,7 @@ class RayTuneTrigger(BaseTrigger):
         self.target = target
         self.mode = mode
         self.pending_timeout_s = pending_timeout_s
+        self.stop_at_deadline = stop_at_deadline
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -84,6 +88,7 @@ class RayTuneTrigger(BaseTrigger):
                 "target": self.target,
                 "mode": self.mode,
                 "pending_timeout_s": self.pending_timeout_s,
+                "stop_at_deadline": self.stop_at_deadline,
             },
         )
 
@@ -106,8 +111,9 @@ class RayTuneTrigger(BaseTrigger):
         answered_at = time.monotonic()  # the dashboard's last answer (or the start): "unreachable" counts from it
         while True:
             if self.deadline is not None and time.time() >= self.deadline:
-                await self._stop(hook)
-                yield self._event("timeout", "stopped the job with SIGINT")
+                if self.stop_at_deadline:
+                    await self._stop(hook)
+                yield self._event("timeout", "stopped the job with SIGINT" if self.stop_at_deadline else "gave up")
                 return
             try:
                 info = await watch.status()

@@ -152,6 +152,21 @@ def test_sensor_succeeds_early_once_the_best_metric_reaches_its_target(mode):
         stop_live_jobs(name)
 
 
+@pytest.mark.timeout(120)
+def test_a_deferred_sensor_gives_up_at_its_timeout_and_leaves_the_job_running():
+    space = {"x": {"grid_search": [1]}, "steps": 40, "sleep": 1.0}
+    run = run_dag(load_dag("aft_sense_timeout"), {"space": space}, logical_date=_unique_date())
+    name = experiment("aft_sense_timeout", run.run_id, task_id="submit")
+    try:
+        assert run.task_states() == {"submit": "success", "sense": "failed"}
+        [error] = run.errors("sense")
+        assert type(error).__name__ == "AirflowSensorTimeout" and "timed out after 5" in str(error), error
+        [job] = jobs_of(name)
+        assert job["status"] == "RUNNING"  # the sensor waits for someone else's job: it never stops it
+    finally:
+        stop_live_jobs(name)
+
+
 def teardown_module() -> None:
     # Nothing a failed test started keeps running on the shared head.
     from airflow_tune.hooks.ray import RayHook

@@ -59,6 +59,7 @@ TRIGGER_KWARGS: dict[str, list[dict[str, Any]]] = {
             "target": 0.125,
             "mode": "max",
             "pending_timeout_s": 600.0,
+            "stop_at_deadline": False,
         },
     ]
 }

@@ -123,6 +123,12 @@ def test_the_trigger_stops_the_job_at_its_deadline(monkeypatch):
     assert [e["status"] for e in events] == ["timeout"] and dashboard.stopped == ["j"]
 
 
+def test_a_sensors_trigger_gives_up_at_its_deadline_without_stopping_the_job(monkeypatch):
+    dashboard = FakeDashboard(["RUNNING"])
+    events, _ = _events(monkeypatch, dashboard, log_progress=False, deadline=time.time() - 1, stop_at_deadline=False)
+    assert [(e["status"], e["message"]) for e in events] == [("timeout", "gave up")] and dashboard.stopped == []
+
+
 def test_on_kill_stops_the_job(monkeypatch):
     dashboard = FakeDashboard(["RUNNING"])
     trigger = RayTuneTrigger(job_id="j")

@@ -45,7 +45,7 @@ def _tune(task_id: str = "tune", trainable: str = "tune_testkit.airflow_cases:st
     )
 
 
-def _submit_and_sense(dag_id: str, deferrable: bool, target: float | None = None) -> DAG:
+def _submit_and_sense(dag_id: str, deferrable: bool, target: float | None = None, timeout: float = 180) -> DAG:
     with _dag(dag_id) as dag:
         submit = _tune("submit", wait_for_completion=False)
         sense = RayTuneSensor(
@@ -54,7 +54,7 @@ def _submit_and_sense(dag_id: str, deferrable: bool, target: float | None = None
             experiment_uri="{{ ti.xcom_pull(task_ids='submit')['experiment_uri'] }}",
             target=target,
             poke_interval=1,
-            timeout=180,
+            timeout=timeout,
             deferrable=deferrable,
         )
         submit >> sense
@@ -65,6 +65,7 @@ submit_poke = _submit_and_sense("aft_submit_poke", deferrable=False)
 submit_deferred = _submit_and_sense("aft_submit_deferred", deferrable=True)
 target_poke = _submit_and_sense("aft_target_poke", deferrable=False, target=1.5)
 target_deferred = _submit_and_sense("aft_target_deferred", deferrable=True, target=1.5)
+sense_timeout = _submit_and_sense("aft_sense_timeout", deferrable=True, timeout=5)
 
 for _mode in ("blocking", "deferred"):
     with _dag(f"aft_boom_{_mode}") as _boom_dag:
