@@ -88,6 +88,14 @@ with _dag("aft_retry") as retry:
 with _dag("aft_bad_spec") as bad_spec:
     _tune(mode="maximize")
 
+with _dag("aft_crashy") as crashy:
+    _tune(trainable="tune_testkit.airflow_cases:crashy", failure={"max_failures": 3}, deferrable=True)
+
+for _mode in ("blocking", "deferred"):
+    with _dag(f"aft_dashboard_pause_{_mode}") as _pause_dashboard_dag:
+        _tune(deferrable=_mode == "deferred", retries=0)
+    globals()[f"dashboard_pause_{_mode}"] = _pause_dashboard_dag
+
 with _dag("aft_large_kwargs") as large_kwargs:
     # 2 MB of keyword arguments: over Linux's 128 KB limit for one environment variable and the Jobs API's limit.
     # Rendered at run time, so the serialized DAG stays small.

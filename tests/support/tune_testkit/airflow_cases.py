@@ -55,3 +55,42 @@ def boom(config: dict) -> None:
     """Fails at once, with an error message the task's failure must name."""
     mark(config, "start")
     raise ValueError(f"boom: bad x={config.get('x')}")
+
+
+def crashy(config: dict) -> None:
+    """``stepper`` that crashes at about 30% of its steps (a fixed pseudo-random set per trial, each step at most
+    once, at most 3 per trial), so ``failure={"max_failures": 3}`` always brings every trial to its end."""
+    import hashlib
+
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            with open(os.path.join(folder, "state.json")) as fh:
+                start = json.load(fh)["step"] + 1
+        mark(config, "resume", step=start)
+    else:
+        mark(config, "start")
+    steps = int(config.get("steps", 8))
+    crash_steps = [
+        s for s in range(1, steps) if int(hashlib.sha256(f"{config['x']}-{s}".encode()).hexdigest(), 16) % 10 < 3
+    ][:3]
+    crashed = {m["step"] for m in _markers(config, "crash")}
+    for step in range(start, steps):
+        if step in crash_steps and step not in crashed:
+            mark(config, "crash", step=step)
+            raise RuntimeError(f"crash on purpose at step {step} of x={config['x']}")
+        time.sleep(float(config.get("sleep", 0.0)))
+        loss = (config["x"] - 3) ** 2 + 1.0 / (step + 1)
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "state.json"), "w") as fh:
+                json.dump({"step": step, "x": config["x"], "loss": loss}, fh)
+            tune.report({"loss": loss, "step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
+        mark(config, "step", step=step)
+    mark(config, "end")
+
+
+def _markers(config: dict, event: str) -> list[dict]:
+    from .markers import read_markers
+
+    return [m for m in read_markers(config["marker_dir"], event) if m.get("x") == config["x"]]
