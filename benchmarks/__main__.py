@@ -8,7 +8,7 @@ import signal
 import sys
 import tempfile
 
-from benchmarks import job_overhead, parse_cost, trigger_poll
+from benchmarks import completion_latency, engine_scale, job_overhead, parse_cost, trigger_poll, triggerer_scale
 
 
 def main() -> None:
@@ -27,7 +27,13 @@ def main() -> None:
             os.environ.update(state.env())
             trigger_poll.main(state)
             print()
+            triggerer_scale.main(state)
+            print()
+            completion_latency.main(state)
+            print()
             job_overhead.main(state)
+            print()
+            engine_scale.main(state, trials=int(os.environ.get("AIRFLOW_TUNE_BENCH_TRIALS", "2000")))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -181,7 +181,7 @@ def _triggers(cls: type, experiments: list[tuple[str, str]], n: int) -> list[Any
     ]
 
 
-def main(stack_state: Any = None, counts: tuple[int, ...] = (1000, 3000), seconds: float = 20.0) -> dict[str, Any]:
+def main(stack_state: Any = None, counts: tuple[int, ...] = (1000, 3000), seconds: float = 30.0) -> dict[str, Any]:
     assert stack_state is not None, "run through `python -m benchmarks`, which starts a local stack"
     from airflow_tune.hooks.ray import RayHook
     from airflow_tune.triggers.tune import RayTuneTrigger

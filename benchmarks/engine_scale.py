@@ -1,0 +1,112 @@
+"""The engine's own tracking on a large experiment: N trivial trials through airflow-tune's engine (progress callback,
+progress.json, manifests) vs the same experiment as a plain Tune driver script, both as Ray jobs on the same head,
+in interleaved pairs; and the sizes of the manifests the Airflow side reads at that size."""
+
+from __future__ import annotations
+
+import statistics
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+TESTKIT = REPO / "tests" / "support" / "tune_testkit"
+
+PLAIN_DRIVER = textwrap.dedent(
+    """
+    from ray import tune
+    from tune_testkit.functions import return_dict
+    tuner = tune.Tuner(
+        return_dict,
+        param_space={{"x": tune.uniform(0, 4)}},
+        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples={trials}),
+        run_config=tune.RunConfig(name={name!r}, storage_path={storage!r}, verbose=0),
+    )
+    print("best", tuner.fit().get_best_result().config)
+    """
+)
+
+
+def _run(entrypoint: str, name: str, runtime_env: dict[str, Any], timeout: float = 3600) -> float:
+    from airflow_tune.hooks.ray import RayHook
+
+    hook = RayHook()
+    start = time.perf_counter()
+    hook.submit_job(entrypoint=entrypoint, submission_id=name, runtime_env=runtime_env)
+    while (status := hook.get_job_status(name)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        if time.perf_counter() - start > timeout:
+            hook.stop_job(name)
+            raise RuntimeError(f"benchmark job {name} took over {timeout:.0f}s")
+        time.sleep(0.5)
+    if status != "SUCCEEDED":
+        raise RuntimeError(f"benchmark job {name} {status}:\n{hook.get_job_logs(name)[-2000:]}")
+    return time.perf_counter() - start
+
+
+def run_ours(state: Any, trials: int) -> tuple[float, str]:
+    from airflow_tune import storage
+    from airflow_tune.contract import JOB_ID_ENV, engine_command, job_spec_uri
+    from airflow_tune.operators.tune import engine_package_dir
+
+    name = f"bench-scale-ours-{uuid.uuid4().hex[:8]}"
+    spec = {
+        "trainable": "tune_testkit.functions:return_dict",
+        "name": name,
+        "storage_path": state.storage_uri,
+        "metric": "score",
+        "mode": "max",
+        "param_space": {"x": {"uniform": [0, 4]}},
+        "num_samples": trials,
+    }
+    experiment_uri = f"{state.storage_uri}/{name}"
+    spec_uri = job_spec_uri(experiment_uri, name, "bench")
+    storage.write_json(spec_uri, spec)
+    env = {"py_modules": [engine_package_dir(), str(TESTKIT)], "env_vars": {JOB_ID_ENV: name}}
+    return _run(engine_command(spec_uri), name, env), experiment_uri
+
+
+def run_plain(state: Any, trials: int) -> float:
+    name = f"bench-scale-plain-{uuid.uuid4().hex[:8]}"
+    folder = Path(state.root) / "drivers" / name
+    folder.mkdir(parents=True)
+    (folder / "driver.py").write_text(PLAIN_DRIVER.format(name=name, storage=state.storage_uri, trials=trials))
+    return _run("python driver.py", name, {"working_dir": str(folder), "py_modules": [str(TESTKIT)]})
+
+
+def main(stack_state: Any = None, trials: int = 2000, pairs: int = 2) -> dict[str, Any]:
+    assert stack_state is not None, "run through `python -m benchmarks`, which starts a local stack"
+    from airflow_tune import storage
+    from airflow_tune.contract import PROGRESS_FILE, RESULT_FILE, TRIALS_FILE, manifest_uri
+
+    ratios, ours_s, plain_s = [], [], []
+    experiment_uri = ""
+    for _ in range(pairs):  # interleaved: drift on the machine hits both alike
+        plain = run_plain(stack_state, trials)
+        ours, experiment_uri = run_ours(stack_state, trials)
+        plain_s.append(plain)
+        ours_s.append(ours)
+        ratios.append(plain / ours)
+    sizes = {
+        name: len(storage.read_bytes(manifest_uri(experiment_uri, name)))
+        for name in (PROGRESS_FILE, RESULT_FILE, TRIALS_FILE)
+    }
+    result = {
+        "trials": trials,
+        "plain_s": statistics.median(plain_s),
+        "ours_s": statistics.median(ours_s),
+        "throughput_ratio": statistics.median(ratios),
+        "sizes": sizes,
+    }
+    print(f"{trials} trivial trials, S3 storage, real Ray head ({pairs} interleaved pairs, medians)")
+    print(f"  plain Tune driver script (baseline)   {result['plain_s']:7.1f} s")
+    print(
+        f"  airflow-tune engine as a Ray job      {result['ours_s']:7.1f} s   "
+        f"baseline/ours wall time {result['throughput_ratio']:.2f} (1.00 = no overhead)"
+    )
+    print(
+        f"  manifests at {trials} trials: progress.json {sizes[PROGRESS_FILE] / 1024:.1f} KB, result.json (read by "
+        f"Airflow) {sizes[RESULT_FILE] / 1024:.1f} KB, trials.json {sizes[TRIALS_FILE] / 1024:.0f} KB"
+    )
+    return result
