@@ -107,6 +107,7 @@ def run(spec: ExperimentSpec) -> int:
     import ray
 
     from airflow_tune.engine.build import build_tuner
+    from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.progress import ProgressCallback, build_result_manifest
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
@@ -121,7 +122,7 @@ def run(spec: ExperimentSpec) -> int:
     # ray.init() installs its own SIGTERM handler (sys.exit) on the driver: forward SIGTERM to Tune after it.
     signal.signal(signal.SIGTERM, _forward_to_tune)
     callback = ProgressCallback(spec)
-    tuner, restored = build_tuner(spec, [callback])
+    tuner, restored = build_tuner(spec, [callback, HistoryCallback(spec)])
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     grid = tuner.fit()
