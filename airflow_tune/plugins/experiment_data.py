@@ -94,6 +94,13 @@ def cut(text: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def cell(value: Any) -> str:
+    """A config value in a table cell: floats to 6 significant digits, the rest as JSON text, cut."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.6g}"
+    return cut(value, TEXT_CHARS)
+
+
 def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists and scalars are leaves."""
     if not isinstance(config, Mapping):
@@ -368,7 +375,7 @@ def _table(rows: list[dict[str, Any]], total: int, best_id: str | None) -> dict[
     shown_rows = []
     for row in rows:
         flat = row.pop("flat")
-        row["config"] = {k: cut(flat[k], TEXT_CHARS) for k in columns if k in flat}
+        row["config"] = {k: cell(flat[k]) for k in columns if k in flat}
         row["best"] = row["trial_id"] == best_id
         shown_rows.append(row)
     note = None

@@ -174,9 +174,9 @@
       byId("plot-note").textContent = note.join(" ");
       return;
     }
-    note.push("The best " + curves.filter(function (c) { return c.status !== "RUNNING"; }).length +
-      " finished and " + curves.filter(function (c) { return c.status === "RUNNING"; }).length +
-      " running trials; the best one thick, in orange.");
+    var running = curves.filter(function (c) { return c.status === "RUNNING"; }).length;
+    note.push("Curves of the best " + (curves.length - running) + " trials" +
+      (running ? " and of " + running + " running ones" : "") + "; the best trial's is thick and orange.");
     byId("plot-note").textContent = note.join(" ");
 
     var xs = [];
@@ -203,15 +203,16 @@
       });
     });
     var axis = { stroke: fg, grid: { stroke: "rgba(128,128,128,0.18)" }, ticks: { stroke: "rgba(128,128,128,0.3)" } };
+    var xAxis = Object.assign({ label: "training_iteration" }, axis);
+    if (xs.every(Number.isInteger)) {  // iterations: no tick at 1.5
+      xAxis.incrs = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 10000, 20000, 50000, 100000];
+    }
     var opts = {
       width: Math.max(320, box.clientWidth || 800),
       height: 320,
       scales: { x: { time: false } },
       series: series,
-      axes: [
-        Object.assign({ label: "training_iteration" }, axis),
-        Object.assign({ label: data.metric, size: 70 }, axis),
-      ],
+      axes: [xAxis, Object.assign({ label: data.metric, size: 70 }, axis)],
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
     };
