@@ -325,8 +325,15 @@ def downsample(points: list[list[Any]], limit: int = MAX_POINTS) -> list[list[An
     return [points[round(i * step)] for i in range(limit)]
 
 
-def curves_of(history: Mapping[str, Any] | None, mode: str, best_id: str | None) -> list[dict[str, Any]]:
-    """At most :data:`MAX_CURVES` curves of at most :data:`MAX_POINTS` points: the best trials, then running ones."""
+def curves_of(
+    history: Mapping[str, Any] | None, mode: str, best_id: str | None, statuses: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """At most :data:`MAX_CURVES` curves of at most :data:`MAX_POINTS` points: the best trials, then running ones.
+
+    :param statuses: trial statuses newer than the history's (progress.json and result.json are rewritten when a trial
+        ends; the history only at its own pace).
+    """
+    statuses = statuses or {}
     entries = (history or {}).get("trials")
     if not isinstance(entries, Mapping):
         return []
@@ -341,9 +348,8 @@ def curves_of(history: Mapping[str, Any] | None, mode: str, best_id: str | None)
         if not points:
             continue
         last = next((y for _, y in reversed(points) if y is not None), None)
-        curves.append(
-            {"trial_id": str(trial_id), "status": str(entry.get("status") or ""), "value": last, "points": points}
-        )
+        status = statuses.get(str(trial_id)) or str(entry.get("status") or "")
+        curves.append({"trial_id": str(trial_id), "status": status, "value": last, "points": points})
     key = rank_key(mode)
     best = sorted(curves, key=key)
     running = [c for c in best if c["status"] == "RUNNING"]
@@ -504,7 +510,7 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
     best_id = best.get("trial_id") if isinstance(best, dict) else None
     if isinstance(best, dict):
         best = {**best, "config": cut(best.get("config") or {}, CONFIG_TEXT_CHARS)}
-    curves = curves_of(history, mode, best_id)
+    curves = curves_of(history, mode, best_id, {r["trial_id"]: r["status"] for r in rows})
     history_note = None
     if history is None:
         history_note = "No metric history for this experiment yet (history.json is written while it runs)."
