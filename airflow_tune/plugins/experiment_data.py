@@ -429,18 +429,23 @@ def build_view(facts: TaskFacts, files: ExperimentFiles | None = None) -> dict[s
             facts, "not_found", f"There is no task {facts.task_id} in run {facts.run_id} of DAG {facts.dag_id}."
         )
     if not facts.is_tune:
-        kind = f"a {facts.operator} task" if facts.operator else "not a RayTuneOperator task"
-        return message_view(
-            facts,
-            "not_tune",
-            f"Task {facts.task_id} is {kind}, not a RayTuneOperator task: it has no experiment to show.",
+        kind = (
+            f"a {facts.operator} task, not a RayTuneOperator task" if facts.operator else "not a RayTuneOperator task"
         )
+        return message_view(facts, "not_tune", f"Task {facts.task_id} is {kind}: it has no experiment to show.")
     if not facts.experiment_uri:
+        if facts.live or facts.state in NOT_STARTED_STATES:
+            return message_view(
+                facts,
+                "no_experiment",
+                f"Task {facts.task_id} has not started an experiment yet (task state: {facts.state or 'none'}).",
+                refresh=True,
+            )
         return message_view(
             facts,
             "no_experiment",
-            f"Task {facts.task_id} has not started an experiment yet (task state: {facts.state or 'none'}).",
-            refresh=facts.live or facts.state in NOT_STARTED_STATES,
+            f"Task {facts.task_id} ended ({facts.state}) leaving no record of an experiment: it returned no result, "
+            "its rendered fields are gone and its arguments are templates.",
         )
     if files is None:
         files = load_files(facts.experiment_uri)

@@ -195,6 +195,14 @@ def test_a_tune_task_with_no_experiment_yet_gets_a_sentence_and_refreshes(api, t
     assert view["message"] == "Task tune ended (failed) before experiment fresh wrote any progress."
 
 
+def test_a_tune_task_that_left_no_record_of_its_experiment(api):
+    view = _view(api, _facts(state="failed"))
+    assert view["state"] == "no_experiment" and view["refresh_s"] is None
+    assert view["message"].startswith("Task tune ended (failed) leaving no record of an experiment")
+    view = _view(api, _facts(task_id="other", operator=None, is_tune=False))
+    assert view["message"] == "Task other is not a RayTuneOperator task: it has no experiment to show."
+
+
 def test_no_such_task_instance(api):
     view = _view(api, _facts(found=False))
     assert view["state"] == "not_found" and "There is no task tune" in view["message"]
