@@ -109,6 +109,7 @@ def run(spec: ExperimentSpec) -> int:
 
     from airflow_tune.engine.build import build_tuner
     from airflow_tune.engine.feasibility import FeasibilityCallback
+    from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.progress import ProgressCallback, bounded_result, build_result_manifest
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
@@ -123,7 +124,8 @@ def run(spec: ExperimentSpec) -> int:
     # ray.init() installs its own SIGTERM handler (sys.exit) on the driver: forward SIGTERM to Tune after it.
     signal.signal(signal.SIGTERM, _forward_to_tune)
     callback = ProgressCallback(spec)
-    tuner, restored = build_tuner(spec, [callback, FeasibilityCallback(spec.infeasible_wait_s)])
+    callbacks = [callback, HistoryCallback(spec), FeasibilityCallback(spec.infeasible_wait_s)]
+    tuner, restored = build_tuner(spec, callbacks)
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     grid = tuner.fit()

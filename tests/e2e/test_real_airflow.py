@@ -3,7 +3,11 @@ sqlite) in an Airflow home of their own, against the session's Ray head and S3 e
 
 The UI DAG is triggered through the public REST API the way the trigger form does it; a conf that breaks the
 Params' JSON schema is refused there; a good conf runs the tune task deferred in the real triggerer, its XCom is read
-back through the API, and the promotion's Asset event starts the deploy DAG.
+back through the API, and the promotion's Asset event starts the deploy DAG. The Experiment view (the UI plugin) is
+asked for its data while the task is deferred and once it has finished, then opened in a real browser: Chromium logs
+in, opens the tune task's Experiment tab and checks the trial table and the curves.
+
+One Airflow serves every test of this module (it takes ~40 s to start).
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+import httpx
 import pytest
 
+from tests.e2e import browser
 from tests.e2e.real_airflow import USERNAME, ApiClient, RealAirflow, wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -32,15 +39,18 @@ GOOD_CONF = {
     "time_budget_s": 180,
     "promote": True,
 }
+VIEW_DATA = "/airflow-tune/experiment/data"
+#: Runs of the UI DAG that reached success in this module, for the browser test.
+FINISHED_RUNS: list[str] = []
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def prefix() -> str:
     """The S3 prefix under the stack's bucket that this test's experiments and registry live in."""
     return f"e2e-real-airflow-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def airflow(stack: Any, prefix: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealAirflow]:
     env = {
         **stack.env(),
@@ -62,7 +72,7 @@ def airflow(stack: Any, prefix: str, tmp_path_factory: pytest.TempPathFactory) -
         assert not left, f"processes left after stopping Airflow: {left}"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def api(airflow: RealAirflow) -> Iterator[ApiClient]:
     client = ApiClient(airflow.base_url, USERNAME, airflow.password)
     try:
@@ -97,6 +107,20 @@ def _log_events(content: list[Any]) -> list[dict[str, Any]]:
         elif isinstance(item, str):
             events.append({"event": item})
     return events
+
+
+def _view_data(airflow: RealAirflow, api: ApiClient, run_id: str, task_id: str, **kw: Any) -> dict[str, Any]:
+    """The Experiment view's data from the real API server, with the test user's token."""
+    query = {"dag_id": UI_DAG, "run_id": run_id, "task_id": task_id, "map_index": "{MAP_INDEX}"}
+    resp = api.http.get(f"{airflow.base_url}{VIEW_DATA}", params=query, **kw)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def _experiment_file(s3_client: Any, experiment_uri: str, name: str) -> dict[str, Any]:
+    bucket, _, key = experiment_uri[len("s3://") :].partition("/")
+    body = s3_client.get_object(Bucket=bucket, Key=f"{key}/.airflow_tune/{name}")["Body"].read()
+    return dict(json.loads(body))
 
 
 def test_ui_dag_under_real_airflow(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str, s3_client) -> None:
@@ -158,6 +182,7 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str,
     # 3. Follow the tune task instance until the run ends; catch it deferred, with our trigger, in the triggerer.
     tune_states: list[str] = []
     deferred: list[dict[str, Any]] = []  # the tune TI as the API showed it while deferred
+    live_views: list[dict[str, Any]] = []  # the Experiment view's data while it was deferred
     deadline = time.monotonic() + 240
     state = run["state"]
     while time.monotonic() < deadline:
@@ -168,6 +193,8 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str,
             tune_states.append(ti["state"])
         if ti["state"] == "deferred":
             deferred.append(ti)
+            if len(deferred) % 4 == 1:  # the Experiment view while the experiment runs, every ~2 s
+                live_views.append(_view_data(airflow, api, run_id, "tune"))
         state = api.dag_run(UI_DAG, run_id)["state"]
         if state in ("success", "failed"):
             break
@@ -209,6 +236,40 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str,
     promoted = api.xcom(UI_DAG, run_id, "promote")["value"]
     assert promoted["promoted"] is True, promoted
 
+    # The Experiment view: live while deferred (found through the task's rendered fields, before any result) ...
+    assert live_views, "the view was never asked while the task was deferred"
+    assert {v["state"] for v in live_views} <= {"starting", "experiment"}, live_views
+    assert all(v["experiment_uri"] == value["experiment_uri"] for v in live_views), live_views[-1]
+    assert all(v["refresh_s"] for v in live_views if v.get("status") != "succeeded"), live_views
+    print(f"Experiment view while deferred: {[(v['state'], v.get('status')) for v in live_views]}")
+    # ... and after the task finished, from its result, with the promotion of the same run.
+    view = _view_data(airflow, api, run_id, "tune")
+    result = _experiment_file(s3_client, value["experiment_uri"], "result.json")
+    history = _experiment_file(s3_client, value["experiment_uri"], "history.json")
+    assert view["state"] == "experiment" and view["status"] == "succeeded" and view["refresh_s"] is None, view
+    assert view["experiment"] == value["experiment"] and view["best"]["trial_id"] == value["best_trial_id"]
+    assert view["best_checkpoint_uri"] == value["best_checkpoint_uri"]
+    assert view["ray_job_url"] == value["dashboard_url"]
+    assert view["counts"] == {"TERMINATED": 2} and view["num_trials"] == 2
+    assert {r["trial_id"] for r in view["table"]["rows"]} == {t["trial_id"] for t in result["trials"]}
+    assert view["promotion"]["promoted"] is True and view["promotion"]["version"] == promoted["version"]
+    assert view["promotion"]["task_id"] == "promote"
+    # The engine wrote the curves: both trials, one point per reported iteration.
+    assert set(history["trials"]) == {t["trial_id"] for t in result["trials"]}, history
+    for trial in result["trials"]:
+        points = history["trials"][trial["trial_id"]]["points"]
+        assert [p[0] for p in points] == list(range(1, trial["metrics"]["training_iteration"] + 1)), points
+    assert {c["trial_id"] for c in view["curves"]} == set(history["trials"])
+    # A task that is not a tune task gets a sentence; without a token the API server refuses.
+    other = _view_data(airflow, api, run_id, "promotion_requested")
+    assert other["state"] == "not_tune" and "not a RayTuneOperator task" in other["message"], other
+    query = {"dag_id": UI_DAG, "run_id": run_id, "task_id": "tune"}
+    anonymous = httpx.get(f"{airflow.base_url}{VIEW_DATA}", params=query)
+    assert anonymous.status_code == 401, anonymous.text
+    for response in (view, other):
+        assert stack.env()["AWS_SECRET_ACCESS_KEY"] not in json.dumps(response)
+    FINISHED_RUNS.append(run_id)
+
     # 5. The promotion's Asset event starts the deploy DAG, which serves the new champion.
     deploy_runs = wait_until(lambda: api.dag_runs(DEPLOY_DAG), 60, "an asset-triggered run of the deploy DAG")
     assert len(deploy_runs) == 1, deploy_runs
@@ -235,3 +296,108 @@ def _run_scenario(airflow: RealAirflow, api: ApiClient, stack: Any, prefix: str,
     assert served["version"] == promoted["version"], (served, promoted)
     assert served["holdout_accuracy"] > 0.5, served
     assert not marker.exists(), "a refused conf's payload ran"
+
+
+# -- the Experiment view in a real browser ---------------------------------------------------------------------------
+#: Counts, in the page, the plot's pixels of each curve's colour (the chart is a canvas: this is what it drew).
+_PLOT_PIXELS_JS = """
+() => {
+  const view = window.experimentView;
+  const canvas = document.querySelector("#plot canvas");
+  const pixels = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  const counts = view.colors.map((hex) => {
+    const [r, g, b] = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+    let n = 0;
+    for (let i = 0; i < pixels.length; i += 4) {
+      const off = Math.abs(pixels[i] - r) + Math.abs(pixels[i + 1] - g) + Math.abs(pixels[i + 2] - b);
+      if (pixels[i + 3] > 200 && off < 40) n++;
+    }
+    return n;
+  });
+  return {
+    series: view.plot.series.slice(1).map((s) => s.label),
+    points: view.plot.data.slice(1).map((ys) => ys.filter((y) => y !== null).length),
+    curves: view.data.curves.map((c) => c.trial_id),
+    counts: counts,
+  };
+}
+"""
+
+
+def _finished_tune_run(airflow: RealAirflow, api: ApiClient) -> str:
+    """A run of the UI DAG whose tune task succeeded: the scenario's, or a new one when this test runs alone."""
+    if FINISHED_RUNS:
+        return FINISHED_RUNS[-1]
+    wait_until(lambda: api.request("GET", f"/dags/{UI_DAG}").status_code == 200, 90, "the UI DAG to be parsed")
+    api.unpause(UI_DAG)
+    resp = api.trigger(UI_DAG, {**GOOD_CONF, "promote": False})
+    assert resp.status_code == 200, resp.text
+    run_id = str(resp.json()["dag_run_id"])
+
+    def ended() -> str | None:
+        airflow.check_alive()
+        state = api.dag_run(UI_DAG, run_id)["state"]
+        return state if state in ("success", "failed") else None
+
+    assert wait_until(ended, 240, "the UI DAG run to end") == "success", api.task_instances(UI_DAG, run_id)
+    return run_id
+
+
+@pytest.mark.skipif(browser.unavailable() is not None, reason=str(browser.unavailable()))
+def test_experiment_view_in_a_real_browser(airflow: RealAirflow, api: ApiClient, s3_client: Any) -> None:
+    """Chromium logs in through Airflow's login form, opens the Experiment tab of a finished tune task, and checks
+    the trial table against result.json and that the plot draws one curve per plotted trial; saves a screenshot."""
+    from playwright.sync_api import sync_playwright
+
+    run_id = _finished_tune_run(airflow, api)
+    value = api.xcom(UI_DAG, run_id, "tune")["value"]
+    result = _experiment_file(s3_client, value["experiment_uri"], "result.json")
+    history = _experiment_file(s3_client, value["experiment_uri"], "history.json")
+    browser.ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    screenshot = browser.ARTIFACTS / "experiment-view.png"
+    started = time.monotonic()
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=browser.CHROMIUM, args=browser.ARGS)
+        try:
+            page = chromium.new_page(viewport={"width": 1400, "height": 1400})
+            page.set_default_timeout(60_000)
+            # The task instance's page: Airflow sends the browser to its login form first.
+            page.goto(f"{airflow.base_url}/dags/{UI_DAG}/runs/{quote(run_id, safe='')}/tasks/tune")
+            page.locator("input[name=username]").fill(USERNAME)
+            page.locator("input[name=password]").fill(airflow.password)
+            page.locator("button[type=submit]").click()
+            page.wait_for_url("**/tasks/tune")
+            page.get_by_role("link", name="Experiment", exact=True).click()
+            page.wait_for_url("**/tasks/tune/plugin/airflow-tune-experiment")
+            view = page.frame_locator("iframe[title=Experiment]")
+            view.locator("body[data-state=ready]").wait_for()
+            frame = next(f for f in page.frames if "/airflow-tune/experiment?" in f.url)
+            page.wait_for_timeout(500)  # let the canvas settle before the screenshot
+            page.screenshot(path=str(screenshot))
+            print(f"screenshot of the Experiment view: {screenshot}")
+
+            # The header.
+            assert view.locator("#name").inner_text() == value["experiment"]
+            assert view.locator("#status").inner_text().lower() == "succeeded"
+            assert view.locator("#checkpoint").inner_text() == value["best_checkpoint_uri"]
+            assert value["best_trial_id"] in view.locator("#best").inner_text()
+            # The table: one row per trial of result.json, best first (mode max), the best marked.
+            rows = view.locator("#trials tbody tr")
+            ids = [rows.nth(i).get_attribute("data-trial-id") for i in range(rows.count())]
+            by_value = sorted(result["trials"], key=lambda t: -t["metrics"][value["metric"]])
+            assert ids == [t["trial_id"] for t in by_value], ids
+            assert view.locator("#trials tbody tr.best").get_attribute("data-trial-id") == value["best_trial_id"]
+            for i, trial in enumerate(by_value):
+                cells = rows.nth(i).locator("td")
+                assert cells.nth(1).inner_text() == "TERMINATED"
+                assert float(cells.nth(3).inner_text()) == pytest.approx(trial["metrics"][value["metric"]], rel=1e-5)
+            # The plot: one series per plotted trial, each drawn on the canvas in its own colour.
+            plot = frame.evaluate(_PLOT_PIXELS_JS)
+            print(f"plot: {plot}")
+            assert sorted(plot["curves"]) == sorted(history["trials"]), plot
+            assert [s.split(" ")[0] for s in plot["series"]] == plot["curves"], plot
+            assert plot["points"] == [len(history["trials"][t]["points"]) for t in plot["curves"]], plot
+            assert all(n >= 20 for n in plot["counts"]), f"a curve was not drawn: {plot}"
+        finally:
+            chromium.close()
+    print(f"browser check took {time.monotonic() - started:.1f}s")

@@ -1,0 +1,1 @@
+"""Airflow UI plugins of airflow-tune: the Experiment view of RayTuneOperator task instances."""
