@@ -59,3 +59,42 @@ def s3_client(stack):
     import boto3
 
     return boto3.client("s3", **{"endpoint_url": stack.s3_endpoint, "region_name": "us-east-1"})
+
+
+#: The separate cluster virtualenv (``make cluster-venv``): Ray and the examples' packages, no Airflow, no airflow-tune.
+CLUSTER_PYTHON = Path(os.environ.get("AIRFLOW_TUNE_CLUSTER_PYTHON", REPO_ROOT / ".cluster-venv" / "bin" / "python"))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator:
+    """The production shape on this machine: a Ray head offering no CPUs and two worker nodes of 1 CPU each, all run
+    by the separate cluster virtualenv, each with its own temp dir, home and ports, and an S3 endpoint of their own.
+
+    Yields the :class:`~airflow_tune.local.LocalStack` (its ``state`` says how to reach it), so a test can kill a
+    worker; the environment points Airflow, Ray Jobs and S3 clients at it while the module runs. Module-scoped: the
+    cluster lives only while its tests run, and is stopped even when they fail.
+    """
+    from airflow_tune.local import LocalStack
+
+    if not os.access(CLUSTER_PYTHON, os.X_OK):
+        pytest.fail(f"no cluster virtualenv at {CLUSTER_PYTHON.parent.parent}: build it with `make cluster-venv`")
+    local = LocalStack(
+        Path(tempfile.mkdtemp(prefix="cluster-", dir=TEST_ROOT)),
+        num_cpus=0,
+        workers=2,
+        worker_cpus=1,
+        cluster_python=CLUSTER_PYTHON,
+        airflow_home=os.environ["AIRFLOW_HOME"],
+    )
+    state = local.start()
+    saved = {k: os.environ.get(k) for k in state.env()}
+    os.environ.update(state.env())
+    try:
+        yield local
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        local.stop()

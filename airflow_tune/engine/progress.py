@@ -22,6 +22,10 @@ from airflow_tune.spec import LOG_MARK, ExperimentSpec, manifest_uri
 TOP_TRIALS = 10
 MAX_RUNNING_LISTED = 20
 TABLE_ROWS = 12
+#: The Ray node a trial's last result came from. Tune 2.60 reports only ``node_ip`` and ``hostname``, which nodes
+#: may share; the callback adds the node id of the trial's actor to each result (Tune lets callbacks change results
+#: in place), so it lives in the trial's last result, the experiment state (it survives a restore) and the manifest.
+NODE_ID = "node_id"
 
 
 def _scalar(value: Any) -> bool:
@@ -34,7 +38,7 @@ def jsonable_metrics(result: dict[str, Any] | None, limit: int = 40) -> dict[str
     """The scalar metrics of a result, without Tune's bookkeeping that says nothing about the model."""
     if not result:
         return {}
-    skip = {"config", "hostname", "node_ip", "pid", "date", "timestamp", "experiment_tag", "trial_log_path"}
+    skip = {"config", "hostname", "node_ip", NODE_ID, "pid", "date", "timestamp", "experiment_tag", "trial_log_path"}
     out: dict[str, Any] = {}
     for key, value in result.items():
         if key in skip or not _scalar(value):
@@ -73,6 +77,7 @@ class ProgressCallback(tune.Callback):
         # on_trial_complete, so a trial's status alone cannot tell an interrupted run from a finished one.
         self._ended: set[str] = set()
         self._ended_before: set[str] | None = None
+        self._actor_nodes: dict[str, str | None] = {}
 
     # -- Tune hooks -------------------------------------------------------------------------------------------
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
@@ -84,6 +89,7 @@ class ProgressCallback(tune.Callback):
         self._tick(trials)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        result.setdefault(NODE_ID, self._node_id_of(trial))
         self._tick(trials)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -104,6 +110,17 @@ class ProgressCallback(tune.Callback):
         trials = self._trials if trials is None else trials
         ended = self._ended | (self._ended_before or set())
         return [t.trial_id for t in trials if t.trial_id not in ended or t.status not in ("TERMINATED", "ERROR")]
+
+    def _node_id_of(self, trial: Any) -> str | None:
+        """The node id of the actor running ``trial``, asked once per actor (a restarted trial gets a new actor)."""
+        actor = getattr(getattr(trial, "temporary_state", None), "ray_actor", None)
+        actor_id = getattr(actor, "_actor_id", None)
+        if actor_id is None:
+            return None
+        key = actor_id.hex()
+        if key not in self._actor_nodes:
+            self._actor_nodes[key] = actor_node_id(key)
+        return self._actor_nodes[key]
 
     # -- rate-limited outputs ---------------------------------------------------------------------------------
     def _tick(self, trials: list, *, force_write: bool = False, force_print: bool = False) -> None:
@@ -141,6 +158,17 @@ class ProgressCallback(tune.Callback):
         self._emit(("\n" + LOG_MARK).join(lines))
         # A machine-readable line too, so a watcher of the log stream needs no storage access.
         self._emit("progress " + json.dumps({"counts": snap["counts"], "best": best}, default=str))
+
+
+def actor_node_id(actor_id: str) -> str | None:
+    """The id of the node an actor runs on (Ray's state API), or None when Ray cannot say."""
+    try:
+        from ray.util.state import get_actor
+
+        state = get_actor(actor_id, timeout=5)
+    except Exception:  # the node id is informative; tracking must not fail the experiment
+        return None
+    return getattr(state, "node_id", None) or None
 
 
 def _error_line(trial: Any) -> str:
@@ -251,6 +279,7 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
                 "metrics": jsonable_metrics(result.metrics, limit=20),
                 "error": _short_error(result.error) if errored else None,
                 "path": storage.with_scheme(spec.storage_path, result.path) if result.path else None,
+                NODE_ID: (result.metrics or {}).get(NODE_ID),
             }
         )
     best_trial_id = best_config = best_checkpoint_uri = None
