@@ -239,6 +239,11 @@ def test_a_worker_node_lost_mid_experiment_costs_one_try_nothing(cluster):
 
         manifest = storage.read_json(manifest_uri(result["experiment_uri"], "result.json"))
         node_of = {t["config"]["x"]: t["node_id"] for t in manifest["trials"]}
+        print(
+            f"node loss: killed worker {lost['index']} ({len(lost['pids'])} processes) while x={victim_x} was at "
+            f"iteration {lost['iteration']}; it resumed at step {resumes[0]['step']} on the other node "
+            f"{resumes[0]['time'] - lost['at']:.1f}s later; the DAG run took {run.seconds:.0f}s"
+        )
         assert node_of[victim_x] == survivor
         assert set(node_of.values()) <= set(state.worker_node_ids)
     finally:
