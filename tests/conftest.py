@@ -61,10 +61,6 @@ def s3_client(stack):
     return boto3.client("s3", **{"endpoint_url": stack.s3_endpoint, "region_name": "us-east-1"})
 
 
-#: The separate cluster virtualenv (``make cluster-venv``): Ray and the examples' packages, no Airflow, no airflow-tune.
-CLUSTER_PYTHON = Path(os.environ.get("AIRFLOW_TUNE_CLUSTER_PYTHON", REPO_ROOT / ".cluster-venv" / "bin" / "python"))
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator:
     """The production shape on this machine: a Ray head offering no CPUs and two worker nodes of 1 CPU each, all run
@@ -75,15 +71,14 @@ def cluster() -> Iterator:
     cluster lives only while its tests run, and is stopped even when they fail.
     """
     from airflow_tune.local import LocalStack
+    from tests.support.cluster_venv import cluster_python
 
-    if not os.access(CLUSTER_PYTHON, os.X_OK):
-        pytest.fail(f"no cluster virtualenv at {CLUSTER_PYTHON.parent.parent}: build it with `make cluster-venv`")
     local = LocalStack(
         Path(tempfile.mkdtemp(prefix="cluster-", dir=TEST_ROOT)),
         num_cpus=0,
         workers=2,
         worker_cpus=1,
-        cluster_python=CLUSTER_PYTHON,
+        cluster_python=cluster_python(),
         airflow_home=os.environ["AIRFLOW_HOME"],
     )
     state = local.start()

@@ -188,6 +188,72 @@ def stop_process_tree(pid: int, sig: int = signal.SIGTERM, grace: float = 10.0) 
     return sorted(pids)
 
 
+def reap_when_owner_dies(poll_interval: float = 1.0) -> None:
+    """The body of a stack's reaper process (multi-node stacks): stop every process of the stack's Ray nodes when the
+    stack's owner dies.
+
+    The owner writes the process id of each node it starts to the reaper's stdin, and ``exit`` when it stops the nodes
+    itself. End of input without ``exit`` means the owner died, however it died: the reaper then stops each node's
+    whole process tree, as known from its last look (every ``poll_interval`` seconds) and as found now. A node's own
+    teardown cannot be relied on then: a worker node whose head is stopping at the same moment hangs in it, and its
+    agents outlive it, blocked on reporting to the head that is gone.
+    """
+    import threading
+
+    import psutil
+
+    roots: set[int] = set()
+    seen: dict[int, float] = {}  # pid -> create time, so a reused pid is never signalled
+    lock = threading.Lock()
+    done = threading.Event()
+    reap = threading.Event()
+
+    def read() -> None:
+        for line in sys.stdin:
+            if line.strip() == "exit":
+                done.set()
+                return
+            with lock:
+                roots.add(int(line))
+        reap.set()
+        done.set()
+
+    def look() -> None:
+        with lock:
+            for root in list(roots):
+                for pid in (root, *_descendants(root)):
+                    try:
+                        seen.setdefault(pid, psutil.Process(pid).create_time())
+                    except psutil.NoSuchProcess:
+                        pass
+
+    threading.Thread(target=read, daemon=True).start()
+    while not done.wait(poll_interval):
+        look()
+    if not reap.is_set():
+        return
+    look()
+    procs = []
+    for pid, created in seen.items():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() == created:
+                procs.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 @dataclass
 class StackState:
     """What a running stack is: enough to reach it and to stop it from another process."""
@@ -301,6 +367,7 @@ class LocalStack:
         self._procs: list[subprocess.Popen] = []
         self._workers: dict[int, subprocess.Popen] = {}
         self._ports: set[int] = set()
+        self._reaper: subprocess.Popen | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def __enter__(self) -> StackState:
@@ -322,6 +389,8 @@ class LocalStack:
         ray_temp_dir = tempfile.mkdtemp(prefix="aft-ray-")
         airflow_home = self.airflow_home
         try:
+            if self.workers and not self.outlive_owner:
+                self._start_reaper()
             s3_port = _fresh_port(self._ports)
             s3_proc = self._start_s3(s3_port)
             gcs_port, dashboard_port = _fresh_port(self._ports), _fresh_port(self._ports)
@@ -368,6 +437,15 @@ class LocalStack:
                 pass
         self._procs.clear()
         self._workers.clear()
+        if self._reaper is not None:
+            try:
+                assert self._reaper.stdin is not None
+                self._reaper.stdin.write("exit\n")
+                self._reaper.stdin.close()
+                self._reaper.wait(timeout=10)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                self._reaper.kill()
+            self._reaper = None
         if self.state is not None:
             for folder in [self.state.ray_temp_dir, *self.state.worker_temp_dirs]:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -465,7 +543,23 @@ class LocalStack:
         )
         log.close()
         self._procs.append(proc)
+        if self._reaper is not None and self._reaper.stdin is not None:
+            self._reaper.stdin.write(f"{proc.pid}\n")
+            self._reaper.stdin.flush()
         return proc
+
+    def _start_reaper(self) -> None:
+        """A process that stops every Ray node of this stack if this process dies (see reap_when_owner_dies)."""
+        log = open(self.root / "logs" / "reaper.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        self._reaper = subprocess.Popen(
+            [sys.executable, "-c", "from airflow_tune.local.stack import reap_when_owner_dies; reap_when_owner_dies()"],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        log.close()
 
     def _start_s3(self, port: int) -> subprocess.Popen:
         exe = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
@@ -545,6 +639,11 @@ class LocalStack:
             "RAY_USAGE_STATS_ENABLED": "0",
             "TMPDIR": temp_dir,
         }
+        if self.workers:
+            # A stopped node shuts down at once. Ray 2.60 first drains it through the head, which may be stopping at
+            # the same time (its owner died): the drain then waits out its timeout and leaves the node's agents
+            # running without their raylet.
+            ray_settings["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
         if self.cluster_python is None:
             return {
                 **{k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")},

@@ -27,8 +27,8 @@ from airflow_tune import storage
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RESULT_KEYS
 from airflow_tune.spec import manifest_uri
-from tests.conftest import CLUSTER_PYTHON
 from tests.e2e.helpers import experiment, load_dag, run_dag, run_id_for, stop_live_jobs, wait_for
+from tests.support.cluster_venv import CLUSTER_PYTHON
 
 REPO = Path(__file__).resolve().parents[2]
 
