@@ -192,9 +192,10 @@ def reap_when_owner_dies(poll_interval: float = 1.0) -> None:
     """The body of a stack's reaper process (multi-node stacks): stop every process of the stack's Ray nodes when the
     stack's owner dies.
 
-    The owner writes the process id of each node it starts to the reaper's stdin, and ``exit`` when it stops the nodes
-    itself. End of input without ``exit`` means the owner died, however it died: the reaper then stops each node's
-    whole process tree, as known from its last look (every ``poll_interval`` seconds) and as found now. A node's own
+    The owner writes the process id of each node it starts to the reaper's stdin (``dir <path>`` for each node's temp
+    dir), and ``exit`` when it stops the nodes itself. End of input without ``exit`` means the owner died, however it
+    died: the reaper then stops each node's whole process tree, as known from its last look (every ``poll_interval``
+    seconds) and as found now, and removes the temp dirs. A node's own
     teardown cannot be relied on then: a worker node whose head is stopping at the same moment hangs in it, and its
     agents outlive it, blocked on reporting to the head that is gone.
     """
@@ -203,6 +204,7 @@ def reap_when_owner_dies(poll_interval: float = 1.0) -> None:
     import psutil
 
     roots: set[int] = set()
+    folders: list[str] = []
     seen: dict[int, float] = {}  # pid -> create time, so a reused pid is never signalled
     lock = threading.Lock()
     done = threading.Event()
@@ -214,7 +216,10 @@ def reap_when_owner_dies(poll_interval: float = 1.0) -> None:
                 done.set()
                 return
             with lock:
-                roots.add(int(line))
+                if line.startswith("dir "):
+                    folders.append(line[4:].rstrip("\n"))
+                else:
+                    roots.add(int(line))
         reap.set()
         done.set()
 
@@ -252,6 +257,9 @@ def reap_when_owner_dies(poll_interval: float = 1.0) -> None:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
+    psutil.wait_procs(alive, timeout=5)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass
@@ -391,6 +399,7 @@ class LocalStack:
         try:
             if self.workers and not self.outlive_owner:
                 self._start_reaper()
+            self._tell_reaper(f"dir {ray_temp_dir}")
             s3_port = _fresh_port(self._ports)
             s3_proc = self._start_s3(s3_port)
             gcs_port, dashboard_port = _fresh_port(self._ports), _fresh_port(self._ports)
@@ -470,6 +479,7 @@ class LocalStack:
             raise StackError(f"no worker {index - 1} yet: add workers in order")
         known = set(state.worker_node_ids) | ({state.head_node_id} if state.head_node_id else set())
         temp_dir = tempfile.mkdtemp(prefix=f"aft-w{index}-")
+        self._tell_reaper(f"dir {temp_dir}")
         proc = self._start_ray_node(temp_dir, state.gcs_port, None, state.s3_port, worker=index)
         self._workers[index] = proc
         if index == len(state.worker_pids):
@@ -543,10 +553,13 @@ class LocalStack:
         )
         log.close()
         self._procs.append(proc)
-        if self._reaper is not None and self._reaper.stdin is not None:
-            self._reaper.stdin.write(f"{proc.pid}\n")
-            self._reaper.stdin.flush()
+        self._tell_reaper(str(proc.pid))
         return proc
+
+    def _tell_reaper(self, line: str) -> None:
+        if self._reaper is not None and self._reaper.stdin is not None:
+            self._reaper.stdin.write(f"{line}\n")
+            self._reaper.stdin.flush()
 
     def _start_reaper(self) -> None:
         """A process that stops every Ray node of this stack if this process dies (see reap_when_owner_dies)."""

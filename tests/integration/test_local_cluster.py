@@ -120,10 +120,14 @@ def test_every_node_stops_when_the_stacks_owner_is_killed(tmp_path):
         owner.wait(timeout=10)
         left = _wait_gone(started, 60)
         assert left == set(), [(pid, _cmdline(pid)) for pid in left]
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(d) for d in temp_dirs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [d for d in temp_dirs if os.path.exists(d)], "the nodes' temp dirs are removed too"
     finally:
         for pid in _alive(started):
             stop_process_tree(pid, grace=2)
         if owner.poll() is None:
             owner.kill()
-        for folder in temp_dirs:  # the owner died before it could remove them
+        for folder in temp_dirs:  # when the test failed before the reaper removed them
             shutil.rmtree(folder, ignore_errors=True)
