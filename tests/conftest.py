@@ -92,4 +92,33 @@ def cluster() -> Iterator:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        local.stop()
+        _stop_and_check_nothing_is_left(local)
+
+
+def _stop_and_check_nothing_is_left(local) -> None:
+    """Stop a multi-node stack; its processes (by id) and temp dirs must all be gone."""
+    import psutil
+
+    assert local.state is not None
+    roots = [local.state.ray_pid, local.state.s3_pid, *local.state.worker_pids]
+    folders = [local.state.ray_temp_dir, *local.state.worker_temp_dirs]
+    started: set[int] = set()
+    for pid in roots:
+        try:
+            started |= {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass  # a worker a test killed
+    local.stop()
+    _, alive = psutil.wait_procs([p for p in map(_process, started) if p is not None], timeout=10)
+    left = [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"processes left after stopping the cluster: {left}"
+    assert not [f for f in folders if os.path.exists(f)], "temp dirs left after stopping the cluster"
+
+
+def _process(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None

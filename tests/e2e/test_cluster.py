@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import threading
 import time
@@ -21,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from airflow_tune import storage
@@ -103,6 +105,18 @@ def test_the_cluster_shares_nothing_with_the_airflow_side(cluster, tmp_path):
         assert report["home"].startswith(own + "/") and report["tmpdir"] == own, (report, own)
     assert found["driver"]["node_id"] == state.head_node_id
     assert len({r["home"] for r in found["nodes"]}) == 3
+
+    # Each node's own processes: started in its own folder (not this checkout, which `python -m` would put on
+    # sys.path), with the cluster's environment and none of this one (the raylet starts the node's workers).
+    for pid, temp_dir in zip([state.ray_pid, *state.worker_pids], [*own_dirs.values()], strict=True):
+        node = psutil.Process(pid)
+        [raylet] = [p for p in node.children(recursive=True) if p.name() == "raylet"]
+        assert node.cwd() == temp_dir and temp_dir in " ".join(raylet.cmdline())
+        for proc in (node, raylet):
+            env = proc.environ()
+            assert env["HOME"] == f"{temp_dir}/home" and env["TMPDIR"] == temp_dir
+            assert env["PATH"].split(os.pathsep)[0] == str(CLUSTER_PYTHON.parent)
+            assert not [k for k in env if k.startswith(("AIRFLOW", "PYTHON", "PYTEST"))], sorted(env)
 
 
 @pytest.mark.timeout(420)
@@ -194,7 +208,7 @@ def test_a_worker_node_lost_mid_experiment_costs_one_try_nothing(cluster):
                 interval=0.5,
             )
             index = state.worker_node_ids.index(victim["node_id"])
-            lost.update(victim, index=index)
+            lost.update(victim, index=index, temp_dir=state.worker_temp_dirs[index])
             lost["pids"] = cluster.kill_worker(index)
             lost["at"] = time.time()  # every process of the lost node is gone: later markers come from the other
         except BaseException as exc:  # reported by the test body
@@ -211,6 +225,9 @@ def test_a_worker_node_lost_mid_experiment_costs_one_try_nothing(cluster):
         killer.join(timeout=30)
         assert "error" not in lost, lost.get("error")
         assert lost.get("pids"), "the experiment ended before a node could be lost"
+        # The node is gone, every process of it and its temp dir: nothing it wrote locally can reach the other node.
+        assert not [p for p in lost["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+        assert not os.path.exists(lost["temp_dir"])
 
         # The Airflow task succeeded in its one try, with the whole XCom.
         assert run.state == "success", (run.task_states(), run.errors("tune"))
