@@ -4,10 +4,23 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+# The Ray cluster's own virtualenv (the multi-node tests run every Ray node from it): Ray and the examples' packages
+# from docker/requirements-ray.txt, as in the Ray image; no Airflow, no airflow-tune, no moto.
+CLUSTER_VENV ?= .cluster-venv
+CLUSTER_STAMP := $(CLUSTER_VENV)/.installed
+CLUSTER_ENV := AIRFLOW_TUNE_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python
 
-.PHONY: venv browser demo test lint unit integration e2e bench up down clean
+.PHONY: venv cluster-venv browser demo test lint unit integration e2e bench up down clean
 
 venv: $(STAMP)
+
+cluster-venv: $(CLUSTER_STAMP)
+
+$(CLUSTER_STAMP): docker/requirements-ray.txt constraints.txt
+	test -x $(CLUSTER_VENV)/bin/python || $(PYTHON) -m venv $(CLUSTER_VENV)
+	$(CLUSTER_VENV)/bin/pip install -q --disable-pip-version-check --upgrade "pip>=24"
+	$(CLUSTER_VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -r docker/requirements-ray.txt
+	touch $(CLUSTER_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,8 +49,8 @@ lint: venv
 	$(VENV)/bin/ruff format --check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/mypy airflow_tune
 
-test: lint browser
-	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q
+test: lint browser cluster-venv
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(VENV)/bin/pytest -q
 
 unit: venv
 	$(VENV)/bin/pytest -q -m unit
@@ -45,8 +58,8 @@ unit: venv
 integration: venv
 	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q -m integration
 
-e2e: venv browser
-	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q -m e2e
+e2e: venv browser cluster-venv
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(VENV)/bin/pytest -q -m e2e
 
 bench: venv
 	RAY_AUTH_MODE=disabled $(PY) -m benchmarks
@@ -58,4 +71,4 @@ down: venv
 	$(PY) -m airflow_tune.local down
 
 clean: down
-	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache .artifacts
+	rm -rf $(VENV) $(CLUSTER_VENV) .stack .pytest_cache .mypy_cache .ruff_cache .artifacts

@@ -59,3 +59,66 @@ def s3_client(stack):
     import boto3
 
     return boto3.client("s3", **{"endpoint_url": stack.s3_endpoint, "region_name": "us-east-1"})
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator:
+    """The production shape on this machine: a Ray head offering no CPUs and two worker nodes of 1 CPU each, all run
+    by the separate cluster virtualenv, each with its own temp dir, home and ports, and an S3 endpoint of their own.
+
+    Yields the :class:`~airflow_tune.local.LocalStack` (its ``state`` says how to reach it), so a test can kill a
+    worker; the environment points Airflow, Ray Jobs and S3 clients at it while the module runs. Module-scoped: the
+    cluster lives only while its tests run, and is stopped even when they fail.
+    """
+    from airflow_tune.local import LocalStack
+    from tests.support.cluster_venv import cluster_python
+
+    local = LocalStack(
+        Path(tempfile.mkdtemp(prefix="cluster-", dir=TEST_ROOT)),
+        num_cpus=0,
+        workers=2,
+        worker_cpus=1,
+        cluster_python=cluster_python(),
+        airflow_home=os.environ["AIRFLOW_HOME"],
+    )
+    state = local.start()
+    saved = {k: os.environ.get(k) for k in state.env()}
+    os.environ.update(state.env())
+    try:
+        yield local
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _stop_and_check_nothing_is_left(local)
+
+
+def _stop_and_check_nothing_is_left(local) -> None:
+    """Stop a multi-node stack; its processes (by id) and temp dirs must all be gone."""
+    import psutil
+
+    assert local.state is not None
+    roots = [local.state.ray_pid, local.state.s3_pid, *local.state.worker_pids]
+    folders = [local.state.ray_temp_dir, *local.state.worker_temp_dirs]
+    started: set[int] = set()
+    for pid in roots:
+        try:
+            started |= {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass  # a worker a test killed
+    local.stop()
+    _, alive = psutil.wait_procs([p for p in map(_process, started) if p is not None], timeout=10)
+    left = [p.pid for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"processes left after stopping the cluster: {left}"
+    assert not [f for f in folders if os.path.exists(f)], "temp dirs left after stopping the cluster"
+
+
+def _process(pid: int):
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None

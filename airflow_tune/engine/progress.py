@@ -16,6 +16,7 @@ import re
 import sys
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ray import tune
@@ -30,6 +31,10 @@ TABLE_ROWS = 12
 #: Rows of result.json's ``trials``: the best trials by the metric, then errored ones (every row is in trials.json).
 RESULT_TOP_TRIALS = 20
 RESULT_ERRORED_TRIALS = 20
+#: The Ray node a trial's last result came from. Tune 2.60 reports only ``node_ip`` and ``hostname``, which nodes
+#: may share; the callback adds the node id of the trial's actor to its results (Tune lets callbacks change results
+#: in place), so it lives in the trial's last result, the experiment state (it survives a restore) and the manifest.
+NODE_ID = "node_id"
 
 
 def _scalar(value: Any) -> bool:
@@ -41,7 +46,7 @@ def jsonable_metrics(result: dict[str, Any] | None, limit: int = 40) -> dict[str
     numbers as the strings "NaN", "Infinity" and "-Infinity"."""
     if not result:
         return {}
-    skip = {"config", "hostname", "node_ip", "pid", "date", "timestamp", "experiment_tag", "trial_log_path"}
+    skip = {"config", "hostname", "node_ip", NODE_ID, "pid", "date", "timestamp", "experiment_tag", "trial_log_path"}
     out: dict[str, Any] = {}
     for key, value in result.items():
         if key in skip or not _scalar(value):
@@ -78,6 +83,10 @@ class ProgressCallback(tune.Callback):
         # on_trial_complete, so a trial's status alone cannot tell an interrupted run from a finished one.
         self._ended: set[str] = set()
         self._ended_before: set[str] | None = None
+        # Node ids of trial actors, looked up once per actor in a thread of their own: a state-API call in Tune's
+        # driver loop would slow every trial start.
+        self._actor_nodes: dict[str, Future[str | None]] = {}
+        self._lookups: ThreadPoolExecutor | None = None
 
     # -- Tune hooks -------------------------------------------------------------------------------------------
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
@@ -89,6 +98,9 @@ class ProgressCallback(tune.Callback):
         self._tick(trials)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        node_id = self._node_id_of(trial)
+        if node_id:
+            result.setdefault(NODE_ID, node_id)
         self._tick(trials)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -116,6 +128,21 @@ class ProgressCallback(tune.Callback):
         trials = self._trials if trials is None else trials
         ended = self._ended | (self._ended_before or set())
         return [t.trial_id for t in trials if t.trial_id not in ended or t.status not in ("TERMINATED", "ERROR")]
+
+    def _node_id_of(self, trial: Any) -> str | None:
+        """The node id of the actor running ``trial`` once known (asked once per actor, in the background; a
+        restarted trial gets a new actor), else None."""
+        actor = getattr(getattr(trial, "temporary_state", None), "ray_actor", None)
+        actor_id = getattr(actor, "_actor_id", None)
+        if actor_id is None:
+            return None
+        key = actor_id.hex()
+        if key not in self._actor_nodes:
+            if self._lookups is None:
+                self._lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="airflow-tune-node-ids")
+            self._actor_nodes[key] = self._lookups.submit(actor_node_id, key)
+        lookup = self._actor_nodes[key]
+        return lookup.result() if lookup.done() else None
 
     # -- rate-limited outputs ---------------------------------------------------------------------------------
     def _tick(self, trials: list, *, force_write: bool = False, force_print: bool = False) -> None:
@@ -165,6 +192,17 @@ def error_summary(text: str) -> str:
             return line[:300]
     unindented = [line for line in lines if not line.startswith((" ", "\t"))]
     return (unindented or lines or ["unknown error"])[-1][:300]
+
+
+def actor_node_id(actor_id: str) -> str | None:
+    """The id of the node an actor runs on (Ray's state API), or None when Ray cannot say."""
+    try:
+        from ray.util.state import get_actor
+
+        state = get_actor(actor_id, timeout=5)
+    except Exception:  # the node id is informative; tracking must not fail the experiment
+        return None
+    return getattr(state, "node_id", None) or None
 
 
 def trial_error_text(trial: Any) -> str:
@@ -270,6 +308,7 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
                 "error": _short_error(result.error) if errored else None,
                 "error_summary": error_summary(str(result.error)) if errored else None,
                 "path": storage.with_scheme(spec.storage_path, result.path) if result.path else None,
+                NODE_ID: (result.metrics or {}).get(NODE_ID),
             }
         )
     best_trial_id = best_config = best_checkpoint_uri = None

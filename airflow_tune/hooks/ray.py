@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseHook
 
-from airflow_tune.exceptions import RayJobNotFoundError
+from airflow_tune.exceptions import RayConnectionError, RayJobNotFoundError
 from airflow_tune.hooks.connection import RayEndpoint, merge_runtime_env, stringify_metadata
 from airflow_tune.hooks.status_poll import JobWatch, shared_job_status, watch
 from airflow_tune.hooks.transport import (
@@ -180,6 +180,49 @@ class RayHook(BaseHook):
             return False, str(translate_error(exc, url=endpoint.url, action=action))
         return True, f"Connected to Ray {version} at {endpoint.url}"
 
+    def get_ray_version(self) -> str:
+        """The Ray version the cluster runs, as its dashboard says (``GET /api/version``)."""
+        import requests
+
+        endpoint = self.endpoint
+        action = "read its Ray version"
+        try:
+            resp = requests.get(
+                f"{endpoint.url}/api/version",
+                headers=endpoint.headers,
+                cookies=endpoint.cookies,
+                verify=endpoint.verify,
+                timeout=(CONNECT_TIMEOUT, min(self.request_timeout, 30.0)),
+            )
+        except Exception as exc:
+            raise translate_error(exc, url=endpoint.url, action=action) from exc
+        if resp.status_code >= 400:
+            raise status_error(resp.status_code, resp.text, url=endpoint.url, action=action, job_id=None)
+        try:
+            return str(resp.json()["ray_version"])
+        except (ValueError, KeyError, TypeError):
+            raise RayConnectionError(
+                f"{endpoint.url} answered GET /api/version, but not as a Ray dashboard does: no Ray version in it."
+            ) from None
+
+    def check_ray_version(self) -> str:
+        """Return the cluster's Ray version; raise RayConnectionError when it is not the Ray version of this side.
+
+        The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Ray and is
+        built and tested against the Ray this side runs, so the two must be the same version.
+        """
+        from importlib.metadata import version
+
+        here = version("ray")
+        there = self.get_ray_version()
+        if there != here:
+            raise RayConnectionError(
+                f"The Ray cluster at {self.endpoint.url} runs Ray {there}, but this Airflow side runs Ray {here}: "
+                f"airflow-tune needs the same Ray version on both sides (its engine runs on the cluster with the "
+                f"cluster's Ray). Run Ray {here} on the cluster; nothing was submitted."
+            )
+        return there
+
     @contextlib.contextmanager
     def _translated(self, action: str, job_id: str | None = None) -> Iterator[None]:
         try:
@@ -197,6 +240,7 @@ class RayHook(BaseHook):
         metadata: dict[str, Any] | None = None,
         entrypoint_num_cpus: float | None = None,
         entrypoint_resources: dict[str, float] | None = None,
+        same_ray_version: bool = True,
     ) -> str:
         """Submit a job and return its submission id.
 
@@ -206,6 +250,8 @@ class RayHook(BaseHook):
         :param metadata: the job's metadata, laid over the connection's default; values become strings.
         :param entrypoint_num_cpus: CPUs reserved for the driver.
         :param entrypoint_resources: custom resources reserved for the driver.
+        :param same_ray_version: first refuse a cluster whose Ray version differs from this side's
+            (:meth:`check_ray_version`), so a mismatch fails before anything is submitted.
         """
         endpoint = self.endpoint
         kwargs: dict[str, Any] = {
@@ -218,6 +264,8 @@ class RayHook(BaseHook):
             kwargs["entrypoint_num_cpus"] = entrypoint_num_cpus
         if entrypoint_resources:
             kwargs["entrypoint_resources"] = entrypoint_resources
+        if same_ray_version:
+            self.check_ray_version()
         self.log.info("Submitting Ray job %s to %s", submission_id, endpoint.url)
         client = self.get_conn()
         with self._translated(f"submit job {submission_id!r}", job_id=submission_id):

@@ -4,6 +4,8 @@
 (Ray Jobs, S3, an AIRFLOW_HOME with a ``ray_default`` connection, and the DAGs folder that ``dag.test()`` runs DAG
 files from: ``--dags-folder``, by default ``./dags`` when it exists, else the current folder); ``down`` stops exactly
 what ``up`` started.
+``up --workers 2 --cluster-python .cluster-venv/bin/python`` starts the production shape instead: a head with no
+CPUs and two worker nodes, all run by the separate cluster virtualenv (``make cluster-venv``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_tune.local", description=__doc__)
     parser.add_argument("command", choices=["up", "down", "env", "status"])
     parser.add_argument("--root", default=DEFAULT_ROOT, help="folder for the stack's state (default: .stack)")
-    parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the Ray head (default 2; 0 with workers)")
+    parser.add_argument("--workers", type=int, default=0, help="Ray worker nodes joined to the head (default none)")
+    parser.add_argument("--worker-cpus", type=int, default=1, help="CPUs of each worker node")
+    parser.add_argument(
+        "--cluster-python",
+        default=None,
+        help="run every Ray node with this Python, from a separate cluster virtualenv (make cluster-venv)",
+    )
     parser.add_argument(
         "--dags-folder",
         help="env: the folder of your DAG files; dag.test() runs only DAGs inside the DAGs folder "
@@ -34,13 +43,23 @@ def main(argv: list[str] | None = None) -> int:
         if load_state(args.root) is not None:
             print(f"a stack is already up under {args.root}; run 'down' first", file=sys.stderr)
             return 1
-        stack = LocalStack(args.root, num_cpus=args.num_cpus, outlive_owner=True)
+        num_cpus = args.num_cpus if args.num_cpus is not None else (0 if args.workers else 2)
+        stack = LocalStack(
+            args.root,
+            num_cpus=num_cpus,
+            outlive_owner=True,
+            workers=args.workers,
+            worker_cpus=args.worker_cpus,
+            cluster_python=args.cluster_python,
+        )
         try:
             state = stack.start()
         except StackError as exc:
             print(f"could not start the local stack: {exc}", file=sys.stderr)
             return 1
         print(f"Ray dashboard: {state.dashboard_url}")
+        if state.worker_node_ids:
+            print(f"Ray nodes:     head {state.head_node_id} (no trials), workers {', '.join(state.worker_node_ids)}")
         print(f"S3 endpoint:   {state.s3_endpoint} (bucket {state.bucket})")
         print(f"AIRFLOW_HOME:  {state.airflow_home}")
         print(f'Use it from a shell: eval "$(python -m airflow_tune.local env --root {args.root})"')
@@ -61,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"export {key}={shlex.quote(value)}")
         return 0
     print(f"Ray dashboard {current.dashboard_url} (pid {current.ray_pid})")
+    for index, (pid, node_id) in enumerate(zip(current.worker_pids, current.worker_node_ids, strict=True)):
+        print(f"Ray worker {index}  node {node_id} (pid {pid})")
     print(f"S3 endpoint   {current.s3_endpoint} (pid {current.s3_pid})")
     return 0
 

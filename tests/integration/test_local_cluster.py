@@ -1,0 +1,87 @@
+"""The local stack's multi-node option leaves nothing behind when its owner dies, however it dies (SIGKILL here).
+
+The rest of its life is tested where it is used, in tests/e2e/test_cluster.py: nodes apart (own temp dir, home, working
+folder, environment), a worker lost by process id and replaced, and nothing left after stop (the ``cluster``
+fixture checks it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from airflow_tune.local.stack import stop_process_tree
+from tests.support.cluster_venv import cluster_python
+
+
+def _tree(pid: int) -> set[int]:
+    return {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.add(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())[:200]
+    except psutil.NoSuchProcess:
+        return "(gone)"
+
+
+def _wait_gone(pids: set[int], timeout: float) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return _alive(pids)
+
+
+def test_every_node_stops_when_the_stacks_owner_is_killed(tmp_path):
+    python = cluster_python()
+    script = (
+        "import json, time\n"
+        "from airflow_tune.local import LocalStack\n"
+        f"state = LocalStack({str(tmp_path / 'c')!r}, num_cpus=0, workers=2, cluster_python={str(python)!r},"
+        " airflow=False).start()\n"
+        "print(json.dumps([state.ray_pid, state.s3_pid, *state.worker_pids, state.ray_temp_dir,"
+        " *state.worker_temp_dirs]), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    started: set[int] = set()
+    temp_dirs: list[str] = []
+    try:
+        assert owner.stdout is not None
+        *pids, ray_temp_dir, w0, w1 = json.loads(owner.stdout.readline())
+        temp_dirs = [ray_temp_dir, w0, w1]
+        for pid in pids:
+            started |= _tree(pid)
+        assert len(started) > 10
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        left = _wait_gone(started, 60)
+        assert left == set(), [(pid, _cmdline(pid)) for pid in left]
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(d) for d in temp_dirs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [d for d in temp_dirs if os.path.exists(d)], "the nodes' temp dirs are removed too"
+    finally:
+        for pid in _alive(started):
+            stop_process_tree(pid, grace=2)
+        if owner.poll() is None:
+            owner.kill()
+        for folder in temp_dirs:  # when the test failed before the reaper removed them
+            shutil.rmtree(folder, ignore_errors=True)
