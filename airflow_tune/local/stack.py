@@ -282,6 +282,9 @@ class StackState:
     head_node_id: str | None = None
     #: The Python every Ray node runs (the cluster virtualenv's), or None when Ray runs in this environment.
     cluster_python: str | None = None
+    #: When each recorded process started (``psutil``'s create time, by pid), so ``down`` stops a recorded pid only
+    #: while it is still the process the stack started: after a reboot the same pid may be anybody's.
+    started_at: dict[str, float] = field(default_factory=dict)
 
     @property
     def dashboard_url(self) -> str:
@@ -718,6 +721,8 @@ class LocalStack:
 
     def _write_state(self) -> None:
         assert self.state is not None
+        pids = (self.state.ray_pid, self.state.s3_pid, *self.state.worker_pids)
+        self.state.started_at = {str(pid): t for pid in pids if (t := process_started_at(pid)) is not None}
         state_file = self.root / self.STATE_FILE
         state_file.write_text(json.dumps(asdict(self.state), indent=2))
 
@@ -738,15 +743,41 @@ def load_state(root: str | os.PathLike[str]) -> StackState | None:
     return StackState(**json.loads(state_file.read_text()))
 
 
+def process_started_at(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def is_recorded_process(state: StackState, pid: int) -> bool:
+    """Whether ``pid`` is still the process the stack recorded: alive, and started when it was recorded as started.
+
+    A state file without start times (written before they were kept) is trusted as before.
+    """
+    if not _alive(pid):
+        return False
+    recorded = state.started_at.get(str(pid))
+    if recorded is None:
+        return not state.started_at
+    now = process_started_at(pid)
+    return now is not None and abs(now - recorded) < 1.0
+
+
 def stop_from_state(root: str | os.PathLike[str]) -> list[int]:
-    """Stop a stack started by another process (``up``), by the process ids it recorded."""
+    """Stop a stack started by another process (``up``), by the process ids it recorded, each only while it is still
+    the process that was started (a stale state file, e.g. after a reboot, must not stop anybody else's process)."""
     state = load_state(root)
     if state is None:
         return []
     stopped = []
     for pid in (*state.worker_pids, state.ray_pid, state.s3_pid):
-        if _alive(pid):
+        if is_recorded_process(state, pid):
             stopped += stop_process_tree(pid)
+        elif _alive(pid):
+            print(f"pid {pid} is not the process the stack started (it started at another time): left alone")
     for folder in (state.ray_temp_dir, *state.worker_temp_dirs):
         shutil.rmtree(folder, ignore_errors=True)
     (Path(root) / LocalStack.STATE_FILE).unlink(missing_ok=True)
