@@ -8,19 +8,12 @@ import asyncio
 import statistics
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-TESTKIT = REPO / "tests" / "support" / "tune_testkit"
+from benchmarks.engine_jobs import submit
 
 
 def _submit(state: Any) -> tuple[str, str]:
-    from airflow_tune import storage
-    from airflow_tune.contract import JOB_ID_ENV, engine_command, job_spec_uri
-    from airflow_tune.hooks.ray import RayHook
-    from airflow_tune.operators.tune import engine_package_dir
-
     name = f"bench-latency-{uuid.uuid4().hex[:8]}"
     spec = {
         "trainable": "tune_testkit.functions:quadratic",
@@ -30,15 +23,7 @@ def _submit(state: Any) -> tuple[str, str]:
         "mode": "min",
         "param_space": {"x": {"grid_search": [3]}, "steps": 2},
     }
-    uri = f"{state.storage_uri}/{name}"
-    spec_uri = job_spec_uri(uri, name, "bench")
-    storage.write_json(spec_uri, spec)
-    job_id = RayHook().submit_job(
-        entrypoint=engine_command(spec_uri),
-        submission_id=name,
-        runtime_env={"py_modules": [engine_package_dir(), str(TESTKIT)], "env_vars": {JOB_ID_ENV: name}},
-    )
-    return job_id, uri
+    return submit(state, spec)
 
 
 def _lateness(job_id: str, seen_at: float) -> float:

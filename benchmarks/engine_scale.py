@@ -11,8 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-TESTKIT = REPO / "tests" / "support" / "tune_testkit"
+from benchmarks.engine_jobs import TESTKIT, submit
 
 PLAIN_DRIVER = textwrap.dedent(
     """
@@ -29,12 +28,18 @@ PLAIN_DRIVER = textwrap.dedent(
 )
 
 
-def _run(entrypoint: str, name: str, runtime_env: dict[str, Any], timeout: float = 3600) -> float:
+def _run(entrypoint: str, name: str, runtime_env: dict[str, Any]) -> float:
+    from airflow_tune.hooks.ray import RayHook
+
+    start = time.perf_counter()
+    RayHook().submit_job(entrypoint=entrypoint, submission_id=name, runtime_env=runtime_env)
+    return _wait(name, start)
+
+
+def _wait(name: str, start: float, timeout: float = 3600) -> float:
     from airflow_tune.hooks.ray import RayHook
 
     hook = RayHook()
-    start = time.perf_counter()
-    hook.submit_job(entrypoint=entrypoint, submission_id=name, runtime_env=runtime_env)
     while (status := hook.get_job_status(name)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
         if time.perf_counter() - start > timeout:
             hook.stop_job(name)
@@ -46,10 +51,6 @@ def _run(entrypoint: str, name: str, runtime_env: dict[str, Any], timeout: float
 
 
 def run_ours(state: Any, trials: int) -> tuple[float, str]:
-    from airflow_tune import storage
-    from airflow_tune.contract import JOB_ID_ENV, engine_command, job_spec_uri
-    from airflow_tune.operators.tune import engine_package_dir
-
     name = f"bench-scale-ours-{uuid.uuid4().hex[:8]}"
     spec = {
         "trainable": "tune_testkit.functions:return_dict",
@@ -60,11 +61,9 @@ def run_ours(state: Any, trials: int) -> tuple[float, str]:
         "param_space": {"x": {"uniform": [0, 4]}},
         "num_samples": trials,
     }
-    experiment_uri = f"{state.storage_uri}/{name}"
-    spec_uri = job_spec_uri(experiment_uri, name, "bench")
-    storage.write_json(spec_uri, spec)
-    env = {"py_modules": [engine_package_dir(), str(TESTKIT)], "env_vars": {JOB_ID_ENV: name}}
-    return _run(engine_command(spec_uri), name, env), experiment_uri
+    start = time.perf_counter()
+    job_id, experiment_uri = submit(state, spec)
+    return _wait(job_id, start), experiment_uri
 
 
 def run_plain(state: Any, trials: int) -> float:

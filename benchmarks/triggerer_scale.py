@@ -16,22 +16,17 @@ import time
 import tracemalloc
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-TESTKIT = REPO / "tests" / "support" / "tune_testkit"
+from benchmarks.engine_jobs import submit
+
 LOG_INTERVAL = 10.0
 
 
 def _start_experiments(state: Any, count: int, seconds: float) -> list[tuple[str, str]]:
     """``count`` long experiments (one trial each, a report every 0.25 s); their (job id, experiment URI)."""
     from airflow_tune import storage
-    from airflow_tune.contract import JOB_ID_ENV, engine_command, job_spec_uri
-    from airflow_tune.hooks.ray import RayHook
-    from airflow_tune.operators.tune import engine_package_dir
 
-    hook = RayHook()
     out = []
     for _ in range(count):
         name = f"bench-triggers-{uuid.uuid4().hex[:8]}"
@@ -44,15 +39,7 @@ def _start_experiments(state: Any, count: int, seconds: float) -> list[tuple[str
             "param_space": {"x": {"grid_search": [3]}, "steps": int(seconds / 0.25), "sleep": 0.25},
             "progress_interval_s": 1.0,
         }
-        experiment_uri = f"{state.storage_uri}/{name}"
-        spec_uri = job_spec_uri(experiment_uri, name, "bench")
-        storage.write_json(spec_uri, spec)
-        job_id = hook.submit_job(
-            entrypoint=engine_command(spec_uri),
-            submission_id=name,
-            runtime_env={"py_modules": [engine_package_dir(), str(TESTKIT)], "env_vars": {JOB_ID_ENV: name}},
-        )
-        out.append((job_id, experiment_uri))
+        out.append(submit(state, spec))
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if all(storage.exists(f"{uri}/.airflow_tune/progress.json") for _, uri in out):

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseHook
 
-from airflow_tune.exceptions import RayConnectionError, RayJobNotFoundError
+from airflow_tune.exceptions import AirflowTuneException, RayConnectionError, RayJobNotFoundError
 from airflow_tune.hooks.connection import RayEndpoint, merge_runtime_env, stringify_metadata
 from airflow_tune.hooks.status_poll import JobWatch, shared_job_status, watch
 from airflow_tune.hooks.transport import (
@@ -155,37 +155,18 @@ class RayHook(BaseHook):
 
     def test_connection(self) -> tuple[bool, str]:
         """Ask the dashboard for its Ray version (``GET /api/version``); return (ok, message)."""
-        import requests
-
         try:
-            endpoint = self.endpoint
+            version = self.get_ray_version()
         except Exception as exc:
-            return False, f"{type(exc).__name__}: {exc}"
-        action = "read its version"
-        try:
-            resp = requests.get(
-                f"{endpoint.url}/api/version",
-                headers=endpoint.headers,
-                cookies=endpoint.cookies,
-                verify=endpoint.verify,
-                timeout=(CONNECT_TIMEOUT, min(self.request_timeout, 30.0)),
-            )
-            if resp.status_code >= 400:
-                raise status_error(resp.status_code, resp.text, url=endpoint.url, action=action, job_id=None)
-            try:
-                version = resp.json()["ray_version"]
-            except (ValueError, KeyError, TypeError):
-                return False, f"{endpoint.url} answered GET /api/version, but not as a Ray dashboard does."
-        except Exception as exc:
-            return False, str(translate_error(exc, url=endpoint.url, action=action))
-        return True, f"Connected to Ray {version} at {endpoint.url}"
+            return False, str(exc) if isinstance(exc, AirflowTuneException) else f"{type(exc).__name__}: {exc}"
+        return True, f"Connected to Ray {version} at {self.endpoint.url}"
 
     def get_ray_version(self) -> str:
         """The Ray version the cluster runs, as its dashboard says (``GET /api/version``)."""
         import requests
 
         endpoint = self.endpoint
-        action = "read its Ray version"
+        action = "read its version"
         try:
             resp = requests.get(
                 f"{endpoint.url}/api/version",
@@ -202,7 +183,7 @@ class RayHook(BaseHook):
             return str(resp.json()["ray_version"])
         except (ValueError, KeyError, TypeError):
             raise RayConnectionError(
-                f"{endpoint.url} answered GET /api/version, but not as a Ray dashboard does: no Ray version in it."
+                f"{endpoint.url} answered GET /api/version, but not as a Ray dashboard does (no Ray version in it)."
             ) from None
 
     def check_ray_version(self) -> str:

@@ -40,6 +40,17 @@ def _shared_poll(key: tuple[str, str]) -> _SharedPoll:
     return poll
 
 
+async def list_jobs_by_id(transport: AsyncTransport) -> dict[str, dict[str, Any]]:
+    """The dashboard's jobs, by submission id and by Ray job id."""
+    index: dict[str, dict[str, Any]] = {}
+    for raw in await transport.get_json("/api/jobs/", action="list jobs"):
+        listed = job_to_dict(raw)
+        for key in (listed["job_id"], listed["submission_id"]):
+            if key:
+                index[key] = listed
+    return index
+
+
 async def shared_job_status(transport: AsyncTransport, job_id: str, max_age: float) -> dict[str, Any] | None:
     """A job's details from the job list shared by every caller watching the same dashboard with the same
     credentials; None when the list does not have it (the caller asks for that job alone).
@@ -53,14 +64,7 @@ async def shared_job_status(transport: AsyncTransport, job_id: str, max_age: flo
     async with poll.lock:
         if time.monotonic() - poll.fetched_at >= max_age:
             try:
-                jobs = await transport.get_json("/api/jobs/", action="list jobs")
-                index: dict[str, dict[str, Any]] = {}
-                for raw in jobs:
-                    listed = job_to_dict(raw)
-                    for key in (listed["job_id"], listed["submission_id"]):
-                        if key:
-                            index[key] = listed
-                poll.jobs, poll.error = index, None
+                poll.jobs, poll.error = await list_jobs_by_id(transport), None
             except AirflowTuneException as exc:
                 # Remember the failure too, so a dead dashboard is not asked once per caller.
                 poll.error = exc
@@ -121,13 +125,7 @@ class _Watch:
             while self.watchers:
                 before, failing_before = self.jobs, self.error is not None
                 try:
-                    index: dict[str, dict[str, Any]] = {}
-                    for raw in await transport.get_json("/api/jobs/", action="list jobs"):
-                        listed = job_to_dict(raw)
-                        for key in (listed["job_id"], listed["submission_id"]):
-                            if key:
-                                index[key] = listed
-                    self.jobs, self.error = index, None
+                    self.jobs, self.error = await list_jobs_by_id(transport), None
                 except AirflowTuneException as exc:
                     self.error = exc
                 self.fetched.set()

@@ -39,24 +39,23 @@ CONNECT_TIMEOUT = 10.0
 ATTEMPTS = 3
 
 
+def _policy(attempts: int) -> dict[str, Any]:
+    return {
+        "stop": stop_after_attempt(attempts),
+        "wait": wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5),
+        "retry": retry_if_exception_type(RayDashboardUnavailable),
+        "reraise": True,
+    }
+
+
 def retrying(attempts: int = ATTEMPTS) -> Retrying:
     """Tenacity's loop for an idempotent sync call: ``for attempt in retrying(): with attempt: ...``."""
-    return Retrying(
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5),
-        retry=retry_if_exception_type(RayDashboardUnavailable),
-        reraise=True,
-    )
+    return Retrying(**_policy(attempts))
 
 
 def async_retrying(attempts: int = ATTEMPTS) -> AsyncRetrying:
     """:func:`retrying` for coroutines (tenacity sleeps with ``asyncio.sleep``: the loop is never blocked)."""
-    return AsyncRetrying(
-        stop=stop_after_attempt(attempts),
-        wait=wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5),
-        retry=retry_if_exception_type(RayDashboardUnavailable),
-        reraise=True,
-    )
+    return AsyncRetrying(**_policy(attempts))
 
 
 # -- the wire format of jobs ----------------------------------------------------------------------------------------

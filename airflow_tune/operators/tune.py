@@ -501,6 +501,8 @@ class RayTuneOperator(BaseOperator):
         from airflow_tune import storage
 
         ti = context["ti"]
+        # Before anything is written or submitted: the engine runs on the cluster with the cluster's Ray.
+        self.hook.check_ray_version()
         # The spec travels through storage, not in the job's environment: no size limit applies to it.
         spec_uri = job_spec_uri(spec.experiment_uri, job_id, uuid.uuid4().hex[:8])
         try:
@@ -531,6 +533,7 @@ class RayTuneOperator(BaseOperator):
                 submission_id=job_id,
                 runtime_env=self.build_runtime_env(spec, job_id, shipped),
                 metadata=metadata,
+                same_ray_version=False,  # checked above
             )
         self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
 

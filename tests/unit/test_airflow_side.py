@@ -248,6 +248,10 @@ class RecordingHook(RayHook):
         self.calls.append("find_jobs")
         return []
 
+    def check_ray_version(self) -> str:
+        self.calls.append("check_ray_version")
+        return "2.60.0"
+
     def submit_job(self, **kwargs: Any) -> str:  # type: ignore[override]
         self.calls.append("submit_job")
         self.submitted.append(kwargs)

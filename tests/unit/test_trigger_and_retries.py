@@ -149,6 +149,9 @@ class FakeJobs:
         self.submitted: list[dict[str, Any]] = []
         self.listings = 0
 
+    def check_ray_version(self) -> str:
+        return "2.60.0"
+
     def find_jobs(self, metadata_filter: dict[str, Any]) -> list[dict[str, Any]]:
         self.listings += 1
         return [j for j in self.jobs if j["metadata"].get(METADATA_EXPERIMENT) == metadata_filter[METADATA_EXPERIMENT]]
