@@ -49,8 +49,11 @@ lint: venv
 	$(VENV)/bin/ruff format --check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/mypy airflow_tune
 
+# Two pytest workers, each with its own Ray head, S3 endpoint and Airflow home (tests mostly wait on Ray and S3, so
+# two run side by side on two cores); a file's tests stay on one worker, so module-scoped stacks start once.
+TEST_WORKERS ?= 2
 test: lint browser cluster-venv
-	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(VENV)/bin/pytest -q
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 unit: venv
 	$(VENV)/bin/pytest -q -m unit

@@ -4,6 +4,10 @@ Ray jobs of an experiment, wait for a condition."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -132,3 +136,21 @@ def stop_live_jobs(experiment_name: str) -> None:
     for job in jobs_of(experiment_name):
         if job["status"] in ("PENDING", "RUNNING"):
             hook.stop_job(job["submission_id"])
+
+
+def start_dag_process(dag_id: str, logical_date: datetime, conf: dict[str, Any], log: Path) -> subprocess.Popen:
+    """``run_dag.py`` in a session of its own (so a test can kill it with all it started), output to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, str(RUN_DAG), dag_id, logical_date.isoformat(), json.dumps(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def kill_dag_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

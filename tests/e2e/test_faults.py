@@ -3,11 +3,8 @@ checkpoints), and a Ray dashboard that stops answering for 30 s while a task wai
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -18,7 +15,16 @@ import psutil
 import pytest
 
 from airflow_tune.contract import RESULT_KEYS
-from tests.e2e.helpers import RUN_DAG, experiment, load_dag, run_dag, run_id_for, stop_live_jobs, wait_for
+from tests.e2e.helpers import (
+    experiment,
+    kill_dag_process,
+    load_dag,
+    run_dag,
+    run_id_for,
+    start_dag_process,
+    stop_live_jobs,
+    wait_for,
+)
 from tests.support.tune_testkit.markers import read_markers
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -62,38 +68,34 @@ def _dashboard_pid(stack: Any) -> int:
     raise LookupError("no dashboard process under the session's Ray head")
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["blocking", "deferred"])
-def test_a_dashboard_that_stops_answering_for_30s_is_waited_out(stack, tmp_path, mode):
-    dag_id = f"aft_dashboard_pause_{mode}"
-    logical_date = _date()
-    marker_dir = str(tmp_path / "marks")
-    space = {"x": {"grid_search": [1, 3]}, "steps": 8, "sleep": 1.0, "marker_dir": marker_dir}
-    log = tmp_path / "run.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(RUN_DAG), dag_id, logical_date.isoformat(), json.dumps({"space": space})],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+@pytest.mark.timeout(400)
+def test_a_dashboard_that_stops_answering_for_30s_is_waited_out(stack, tmp_path):
+    """A blocking and a deferred task, side by side through the same pause."""
+    runs = {}
+    for mode in ("blocking", "deferred"):
+        logical_date = _date()
+        marker_dir = str(tmp_path / mode / "marks")
+        space = {"x": {"grid_search": [1, 3]}, "steps": 8, "sleep": 1.0, "marker_dir": marker_dir}
+        log = tmp_path / f"{mode}.log"
+        proc = start_dag_process(f"aft_dashboard_pause_{mode}", logical_date, {"space": space}, log)
+        runs[mode] = (f"aft_dashboard_pause_{mode}", run_id_for(logical_date), marker_dir, log, proc)
     dashboard = _dashboard_pid(stack)
     paused = False
     try:
-        wait_for(lambda: read_markers(marker_dir, "step"), 120, "the experiment's first step")
+        wait_for(lambda: all(read_markers(run[2], "step") for run in runs.values()), 120, "both first steps")
         os.kill(dashboard, signal.SIGSTOP)
         paused = True
         time.sleep(30)
         os.kill(dashboard, signal.SIGCONT)
         paused = False
-        assert proc.wait(timeout=200) == 0, log.read_text()[-5000:]
+        for mode, (_, _, _, log, proc) in runs.items():
+            assert proc.wait(timeout=200) == 0, (mode, log.read_text()[-5000:])
     finally:
         if paused:
             os.kill(dashboard, signal.SIGCONT)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        stop_live_jobs(experiment(dag_id, run_id_for(logical_date)))
-    assert log.read_text().count("DAG_RUN_STATE success") == 1
-    assert _counts(marker_dir, "end") == {1: 1, 3: 1}
+        for dag_id, run_id, _, _, proc in runs.values():
+            kill_dag_process(proc)
+            stop_live_jobs(experiment(dag_id, run_id))
+    for mode, (_, _, marker_dir, log, _) in runs.items():
+        assert log.read_text().count("DAG_RUN_STATE success") == 1, mode
+        assert _counts(marker_dir, "end") == {1: 1, 3: 1}, mode

@@ -1,13 +1,11 @@
 """The S3 endpoint stops answering for 20 s in the middle of an experiment with checkpoints (SIGSTOP of the S3 server,
-by its pid): the task succeeds in its one try, every trial finishes, and the XCom is complete."""
+by its pid): the task succeeds in its one try, every trial finishes, and the XCom is complete, in blocking and in
+deferred mode."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -18,11 +16,13 @@ from typing import Any
 import pytest
 
 from airflow_tune.contract import RESULT_KEYS
-from tests.e2e.helpers import RUN_DAG, experiment, run_id_for, stop_live_jobs, wait_for
+from tests.e2e.helpers import experiment, kill_dag_process, run_id_for, start_dag_process, stop_live_jobs, wait_for
 from tests.support.tune_testkit.markers import read_markers
 
 pytestmark = pytest.mark.usefixtures("stack")
 PAUSE_S = 20
+STEPS = 12
+MODES = ("blocking", "deferred")
 
 
 def _xcom(dag_id: str, run_id: str, task_id: str) -> Any:
@@ -49,47 +49,47 @@ def _steps(marker_dir: str) -> Counter:
     return Counter(m["x"] for m in read_markers(marker_dir, "step"))
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["blocking", "deferred"])
-def test_a_20s_pause_of_s3_mid_experiment_is_ridden_out_in_one_try(stack, tmp_path, mode):
-    dag_id = f"aft_pause_{mode}"
-    logical_date = datetime(2005, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
-    run_id = run_id_for(logical_date)
-    marker_dir = str(tmp_path / "marks")
-    space = {"x": {"grid_search": [1, 3]}, "steps": 8, "sleep": 1.0, "marker_dir": marker_dir}
-    log = tmp_path / "run.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(RUN_DAG), dag_id, logical_date.isoformat(), json.dumps({"space": space})],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+@pytest.mark.timeout(400)
+def test_a_20s_pause_of_s3_mid_experiment_is_ridden_out_in_one_try(stack, tmp_path):
+    """A blocking and a deferred task, side by side through the same pause."""
+    runs = {}
+    for mode in MODES:
+        logical_date = datetime(2005, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
+        marker_dir = str(tmp_path / mode / "marks")
+        space = {"x": {"grid_search": [1, 3]}, "steps": STEPS, "sleep": 1.0, "marker_dir": marker_dir}
+        log = tmp_path / f"{mode}.log"
+        proc = start_dag_process(f"aft_pause_{mode}", logical_date, {"space": space}, log)
+        runs[mode] = (f"aft_pause_{mode}", run_id_for(logical_date), marker_dir, log, proc)
     paused = False
     try:
-        # Mid-experiment: both trials have checkpointed a few steps and have more to go.
-        wait_for(lambda: min(_steps(marker_dir).get(x, 0) for x in (1, 3)) >= 2, 120, "two steps of each trial")
+        # Mid-experiment: every trial of both experiments has checkpointed a few steps and has more to go.
+        wait_for(
+            lambda: all(min(_steps(run[2]).get(x, 0) for x in (1, 3)) >= 2 for run in runs.values()),
+            120,
+            "two steps of each trial of both experiments",
+        )
         os.kill(stack.s3_pid, signal.SIGSTOP)
         paused = True
-        steps_at_pause = _steps(marker_dir)
+        steps_at_pause = {mode: _steps(run[2]) for mode, run in runs.items()}
         time.sleep(PAUSE_S)
         os.kill(stack.s3_pid, signal.SIGCONT)
         paused = False
-        assert min(steps_at_pause.values()) < 8, "the experiment ended before the pause"
-        assert proc.wait(timeout=200) == 0, log.read_text()[-5000:]
+        for mode, steps in steps_at_pause.items():
+            assert min(steps.values()) < STEPS, f"{mode}: the experiment ended before the pause"
+        for mode, (_, _, _, log, proc) in runs.items():
+            assert proc.wait(timeout=200) == 0, (mode, log.read_text()[-5000:])
     finally:
         if paused:
             os.kill(stack.s3_pid, signal.SIGCONT)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        stop_live_jobs(experiment(dag_id, run_id))
-    assert _try_number(dag_id, run_id) == 1
-    result = _xcom(dag_id, run_id, "tune")
-    assert set(result) == set(RESULT_KEYS)
-    assert result["num_trials"] == 2 and result["num_terminated"] == 2 and result["num_errored"] == 0, result
-    assert result["best_config"]["x"] == 3 and result["best_metrics"]["training_iteration"] == 8, result
-    assert result["best_checkpoint_uri"].startswith(result["experiment_uri"] + "/"), result
-    assert _steps(marker_dir) == {1: 8, 3: 8}  # every step of both trials ran, none twice
-    assert Path(log).read_text().count("DAG_RUN_STATE success") == 1
+        for dag_id, run_id, _, _, proc in runs.values():
+            kill_dag_process(proc)
+            stop_live_jobs(experiment(dag_id, run_id))
+    for mode, (dag_id, run_id, marker_dir, log, _) in runs.items():
+        assert _try_number(dag_id, run_id) == 1, mode
+        result = _xcom(dag_id, run_id, "tune")
+        assert set(result) == set(RESULT_KEYS)
+        assert result["num_trials"] == 2 and result["num_terminated"] == 2 and result["num_errored"] == 0, result
+        assert result["best_config"]["x"] == 3 and result["best_metrics"]["training_iteration"] == STEPS, result
+        assert result["best_checkpoint_uri"].startswith(result["experiment_uri"] + "/"), result
+        assert _steps(marker_dir) == {1: STEPS, 3: STEPS}, mode  # every step of both trials ran, none twice
+        assert Path(log).read_text().count("DAG_RUN_STATE success") == 1, mode

@@ -46,28 +46,20 @@ def _alive(pids: set[int]) -> set[int]:
     return alive
 
 
-def test_stack_starts_serves_and_stops_clean(tmp_path):
-    local = LocalStack(tmp_path / "s", airflow=False)
-    with local as state:
-        _serves(state)
-        started = _tree(state.ray_pid) | _tree(state.s3_pid)
-        assert len(started) > 3, "a Ray head runs several processes"
-        ray_temp_dir = state.ray_temp_dir
-    assert _alive(started) == set()
-    assert not (tmp_path / "s" / "stack.json").exists()
-    import os
-
-    assert not os.path.exists(ray_temp_dir)
-
-
-def test_stack_stops_clean_when_the_body_raises(tmp_path):
+def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
+    """The ``with`` path the tests and the demo use; its normal exit is the session stack's and ``down``'s path."""
     local = LocalStack(tmp_path / "s", airflow=False)
     started: set[int] = set()
     with pytest.raises(RuntimeError, match="boom"):
         with local as state:
+            _serves(state)
             started = _tree(state.ray_pid) | _tree(state.s3_pid)
+            assert len(started) > 3, "a Ray head runs several processes"
+            ray_temp_dir = state.ray_temp_dir
             raise RuntimeError("boom")
     assert started and _alive(started) == set()
+    assert not (tmp_path / "s" / "stack.json").exists()
+    assert not os.path.exists(ray_temp_dir)
 
 
 def test_cli_up_env_down(tmp_path):

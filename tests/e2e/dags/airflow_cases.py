@@ -77,8 +77,9 @@ for _mode in ("blocking", "deferred"):
     globals()[f"timeout_{_mode}"] = _timeout_dag
 
     with _dag(f"aft_pause_{_mode}") as _pause_dag:
-        # No retries: a paused S3 endpoint must be ridden out within the one try.
-        _tune(deferrable=_mode == "deferred", retries=0)
+        # No retries: a paused S3 endpoint must be ridden out within the one try. Half a CPU per trial, so that both
+        # modes' experiments run side by side through the same pause.
+        _tune(deferrable=_mode == "deferred", retries=0, resources_per_trial={"cpu": 0.5})
     globals()[f"pause_{_mode}"] = _pause_dag
 
 with _dag("aft_retry") as retry:
@@ -93,7 +94,7 @@ with _dag("aft_crashy") as crashy:
 
 for _mode in ("blocking", "deferred"):
     with _dag(f"aft_dashboard_pause_{_mode}") as _pause_dashboard_dag:
-        _tune(deferrable=_mode == "deferred", retries=0)
+        _tune(deferrable=_mode == "deferred", retries=0, resources_per_trial={"cpu": 0.5})
     globals()[f"dashboard_pause_{_mode}"] = _pause_dashboard_dag
 
 with _dag("aft_large_kwargs") as large_kwargs:
