@@ -87,6 +87,31 @@ def literal_import_paths(value: Any) -> set[str]:
     return found
 
 
+def arguments_mapped_from_data(task: Any, arguments: Iterable[str]) -> set[str]:
+    """Of ``arguments``, those a mapped task receives through ``expand()`` from an XCom rather than from the DAG file.
+
+    A mapped task's operator is built at run time with the expanded values as its arguments, so they look written by
+    the DAG file; ``task`` (the DAG's mapped task) says where they came from. Literal lists given to ``expand()``
+    stay code; a value with an XCom in it is data, and with ``expand_kwargs()`` over an XCom every argument not in
+    ``partial()`` is.
+    """
+    expand_input = getattr(task, "expand_input", None)
+    if expand_input is None:
+        return set()
+    from airflow.sdk.definitions.xcom_arg import XComArg
+
+    def from_xcom(value: Any) -> bool:
+        return next(iter(XComArg.iter_xcom_references(value)), None) is not None
+
+    value = getattr(expand_input, "value", None)
+    if isinstance(value, Mapping):
+        return {name for name in arguments if name in value and from_xcom(value[name])}
+    if from_xcom(value):
+        partial = getattr(task, "partial_kwargs", {}) or {}
+        return {name for name in arguments if name not in partial}
+    return set()
+
+
 def argument_of(field_path: str) -> str:
     """The operator argument a spec field comes from (``scheduler.factory`` -> ``scheduler``)."""
     head = re.split(r"[.\[]", field_path, maxsplit=1)[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -20,6 +21,21 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ.pop("RAY_ADDRESS", None)
 os.environ.pop("RAY_API_SERVER_ADDRESS", None)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in os.environ while the block runs; what was there before comes back after."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -41,16 +57,10 @@ def stack() -> Iterator:
 
     local = LocalStack(TEST_ROOT / "stack", num_cpus=2, resources={"accel": 2})
     state = local.start()
-    saved = {k: os.environ.get(k) for k in state.env()}
-    os.environ.update(state.env())
     try:
-        yield state
+        with _environment(state.env()):
+            yield state
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         local.stop()
 
 
@@ -82,16 +92,10 @@ def cluster() -> Iterator:
         airflow_home=os.environ["AIRFLOW_HOME"],
     )
     state = local.start()
-    saved = {k: os.environ.get(k) for k in state.env()}
-    os.environ.update(state.env())
     try:
-        yield local
+        with _environment(state.env()):
+            yield local
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         _stop_and_check_nothing_is_left(local)
 
 

@@ -291,6 +291,9 @@ class RayTuneOperator(BaseOperator):
         literal = {k: set(v) for k, v in self.literal_code_references.items()}
         if self.trainable_object is not None:
             literal["trainable"].add(self.trainable_code.import_path)
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        for argument in code.arguments_mapped_from_data(mapped_task, literal):
+            literal[argument] = set()
         refused = code.unapproved_references(spec, literal)
         if refused:
             # Only now read the allow-list: a spec of literal paths needs no connection lookup.

@@ -68,7 +68,7 @@ def _dashboard_pid(stack: Any) -> int:
     raise LookupError("no dashboard process under the session's Ray head")
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 def test_a_dashboard_that_stops_answering_for_30s_is_waited_out(stack, tmp_path):
     """A blocking and a deferred task, side by side through the same pause."""
     runs = {}
@@ -82,7 +82,7 @@ def test_a_dashboard_that_stops_answering_for_30s_is_waited_out(stack, tmp_path)
     dashboard = _dashboard_pid(stack)
     paused = False
     try:
-        wait_for(lambda: all(read_markers(run[2], "step") for run in runs.values()), 120, "both first steps")
+        wait_for(lambda: all(read_markers(run[2], "step") for run in runs.values()), 300, "both first steps")
         os.kill(dashboard, signal.SIGSTOP)
         paused = True
         time.sleep(30)

@@ -9,11 +9,8 @@ this machine).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -30,12 +27,13 @@ from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.triggers.tune import RayTuneTrigger
 from tests.e2e.helpers import (
-    RUN_DAG,
     experiment,
     jobs_of,
+    kill_dag_process,
     load_dag,
     run_dag,
     run_id_for,
+    start_dag_process,
     stop_live_jobs,
     wait_for,
 )
@@ -64,24 +62,6 @@ def _one_trial_done_other_running(marker_dir: Path) -> bool:
     return _counts(marker_dir, "end")[1] == 1 and _counts(marker_dir, "step")[3] >= 1
 
 
-def _spawn_dag_run(dag_id: str, logical_date: datetime, conf: dict, log: Path) -> subprocess.Popen:
-    with open(log, "wb") as out:
-        return subprocess.Popen(
-            [sys.executable, str(RUN_DAG), dag_id, logical_date.isoformat(), json.dumps(conf)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-
-def _end(proc: subprocess.Popen) -> None:
-    """End a process group this test started, if it still runs."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-
-
 def _assert_resumed_without_rerunning_finished_trials(marker_dir: Path) -> None:
     starts, ends, resumes = (_counts(marker_dir, e) for e in ("start", "end", "resume"))
     assert starts == {1: 1, 3: 1}, starts  # no trial started from scratch twice
@@ -94,14 +74,14 @@ def test_a_killed_task_process_is_followed_by_a_try_that_reattaches_to_the_live_
     logical_date = _unique_date()
     name = experiment("aft_retry", run_id_for(logical_date))
     space = {"x": {"grid_search": [1, 3]}, "steps": 6, "sleep": 1.0, "marker_dir": str(tmp_path / "marks")}
-    proc = _spawn_dag_run("aft_retry", logical_date, {"space": space}, tmp_path / "try1.log")
+    proc = start_dag_process("aft_retry", logical_date, {"space": space}, tmp_path / "try1.log")
     try:
         wait_for(lambda: _live(name), 90, "the first try's Ray job")
         wait_for(lambda: read_marks(space["marker_dir"], "step"), 60, "a reported step")
         os.killpg(proc.pid, signal.SIGKILL)  # the worker dies: no on_kill, no cleanup
         proc.wait(timeout=30)
     finally:
-        _end(proc)
+        kill_dag_process(proc)
     [job] = jobs_of(name)
     assert job["status"] == "RUNNING", "killing the Airflow task must not stop the experiment"
 
@@ -156,7 +136,7 @@ def test_sigterm_to_the_task_process_stops_the_job_with_state_saved_and_the_next
     name = experiment("aft_retry", run_id_for(logical_date))
     marks = tmp_path / "marks"
     log = tmp_path / "dag_run.log"
-    proc = _spawn_dag_run("aft_retry", logical_date, {"space": {**SPLIT_SPACE, "marker_dir": str(marks)}}, log)
+    proc = start_dag_process("aft_retry", logical_date, {"space": {**SPLIT_SPACE, "marker_dir": str(marks)}}, log)
     try:
         wait_for(lambda: _one_trial_done_other_running(marks), 120, "one trial done, one running")
         [job] = _live(name)
@@ -167,7 +147,7 @@ def test_sigterm_to_the_task_process_stops_the_job_with_state_saved_and_the_next
         stop_seconds = time.monotonic() - sent
         assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
     finally:
-        _end(proc)
+        kill_dag_process(proc)
     assert stop_seconds < 20, f"the job took {stop_seconds:.0f}s to stop"
     job_log = hook.get_job_logs(job["submission_id"])
     assert "state saved" in job_log, job_log[-2000:]

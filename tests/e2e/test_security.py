@@ -89,3 +89,17 @@ def test_a_trainable_named_by_a_conf_is_refused_even_with_native_rendering():
     [error] = run.errors("tune")
     assert "trainable = 'subprocess:getoutput'" in str(error) and "allowed_code_references" in str(error)
     assert jobs_of(experiment("aft_trainable_from_conf", run.run_id)) == []
+
+
+@pytest.mark.timeout(180)
+def test_a_trainable_mapped_from_an_xcom_is_refused_and_one_mapped_from_a_literal_list_runs():
+    run = run_dag(load_dag("aft_trainable_from_xcom", FILE), {"trainable": "subprocess:getoutput"}, _date())
+    assert run.state == "failed"
+    [error] = run.errors("tune")
+    assert isinstance(error, ValueError)
+    assert "trainable = 'subprocess:getoutput'" in str(error) and "allowed_code_references" in str(error)
+    assert jobs_of(experiment("aft_trainable_from_xcom", run.run_id)) == []
+
+    run = run_dag(load_dag("aft_trainable_from_literal_expand", FILE), None, _date())
+    assert run.state == "success", run.errors("tune")
+    assert run.xcom("tune")[0]["best_config"]["x"] == 1

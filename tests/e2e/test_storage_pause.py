@@ -21,7 +21,7 @@ from tests.support.tune_testkit.markers import read_markers
 
 pytestmark = pytest.mark.usefixtures("stack")
 PAUSE_S = 20
-STEPS = 12
+STEPS = 6
 MODES = ("blocking", "deferred")
 
 
@@ -49,28 +49,37 @@ def _steps(marker_dir: str) -> Counter:
     return Counter(m["x"] for m in read_markers(marker_dir, "step"))
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 def test_a_20s_pause_of_s3_mid_experiment_is_ridden_out_in_one_try(stack, tmp_path):
     """A blocking and a deferred task, side by side through the same pause."""
+    gate = tmp_path / "gate"
+    gate.touch()  # every trial waits after its second step until the pause has begun
     runs = {}
     for mode in MODES:
         logical_date = datetime(2005, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
         marker_dir = str(tmp_path / mode / "marks")
-        space = {"x": {"grid_search": [1, 3]}, "steps": STEPS, "sleep": 1.0, "marker_dir": marker_dir}
+        space = {
+            "x": {"grid_search": [1, 3]},
+            "steps": STEPS,
+            "sleep": 1.0,
+            "marker_dir": marker_dir,
+            "gate": {"step": 1, "file": str(gate)},
+        }
         log = tmp_path / f"{mode}.log"
         proc = start_dag_process(f"aft_pause_{mode}", logical_date, {"space": space}, log)
         runs[mode] = (f"aft_pause_{mode}", run_id_for(logical_date), marker_dir, log, proc)
     paused = False
     try:
-        # Mid-experiment: every trial of both experiments has checkpointed a few steps and has more to go.
+        # Mid-experiment: every trial of both experiments has checkpointed two steps and waits at the gate.
         wait_for(
             lambda: all(min(_steps(run[2]).get(x, 0) for x in (1, 3)) >= 2 for run in runs.values()),
-            120,
+            300,
             "two steps of each trial of both experiments",
         )
         os.kill(stack.s3_pid, signal.SIGSTOP)
         paused = True
         steps_at_pause = {mode: _steps(run[2]) for mode, run in runs.items()}
+        gate.unlink()  # the trials go on, and their next checkpoints meet the paused endpoint
         time.sleep(PAUSE_S)
         os.kill(stack.s3_pid, signal.SIGCONT)
         paused = False
@@ -81,6 +90,7 @@ def test_a_20s_pause_of_s3_mid_experiment_is_ridden_out_in_one_try(stack, tmp_pa
     finally:
         if paused:
             os.kill(stack.s3_pid, signal.SIGCONT)
+        gate.unlink(missing_ok=True)
         for dag_id, run_id, _, _, proc in runs.values():
             kill_dag_process(proc)
             stop_live_jobs(experiment(dag_id, run_id))

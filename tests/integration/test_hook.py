@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -18,6 +18,7 @@ from airflow_tune.exceptions import RayConnectionError, RayJobError, RayJobNotFo
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.hooks.transport import AsyncTransport, quote_id
 from airflow_tune.local.stack import free_port
+from tests.support.json_http import JsonHandler
 
 CONN_ID = "ray_hook_it"
 
@@ -183,7 +184,7 @@ def test_shared_poll_makes_one_list_request_for_many_callers(hook, hello_job, mo
 # -- credentials: a tiny recording server on loopback ----------------------------------------------------------------
 
 
-class _Recorder(BaseHTTPRequestHandler):
+class _Recorder(JsonHandler):
     seen: list[dict[str, str]] = []
     token = "right-token"
 
@@ -197,17 +198,6 @@ class _Recorder(BaseHTTPRequestHandler):
             self._answer(200, [])
         else:
             self._answer(404, {"error": "not found"})
-
-    def _answer(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
@@ -252,7 +242,7 @@ def test_wrong_token_is_a_clear_error_without_the_token(recorder, monkeypatch):
 # -- bounded retries of idempotent calls: a dashboard that answers 503 twice, then serves -----------------------------
 
 
-class _Flaky(BaseHTTPRequestHandler):
+class _Flaky(JsonHandler):
     failures_left = 0
     seen: list[str] = []
 
@@ -269,9 +259,6 @@ class _Flaky(BaseHTTPRequestHandler):
             return self._answer(200, [])
         job = {"submission_id": "j", "job_id": None, "status": "RUNNING", "metadata": {}, "type": "SUBMISSION"}
         return self._answer(200, {**job, "entrypoint": "python -m airflow_tune.engine"})
-
-    _answer = _Recorder._answer
-    log_message = _Recorder.log_message
 
 
 @pytest.fixture

@@ -18,21 +18,7 @@ import psutil
 
 from airflow_tune.local.stack import stop_process_tree
 from tests.support.cluster_venv import cluster_python
-
-
-def _tree(pid: int) -> set[int]:
-    return {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+from tests.support.processes import alive, tree
 
 
 def _cmdline(pid: int) -> str:
@@ -44,9 +30,9 @@ def _cmdline(pid: int) -> str:
 
 def _wait_gone(pids: set[int], timeout: float) -> set[int]:
     deadline = time.monotonic() + timeout
-    while _alive(pids) and time.monotonic() < deadline:
+    while alive(pids) and time.monotonic() < deadline:
         time.sleep(0.3)
-    return _alive(pids)
+    return alive(pids)
 
 
 def test_every_node_stops_when_the_stacks_owner_is_killed(tmp_path):
@@ -68,7 +54,7 @@ def test_every_node_stops_when_the_stacks_owner_is_killed(tmp_path):
         *pids, ray_temp_dir, w0, w1 = json.loads(owner.stdout.readline())
         temp_dirs = [ray_temp_dir, w0, w1]
         for pid in pids:
-            started |= _tree(pid)
+            started |= tree(pid)
         assert len(started) > 10
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait(timeout=10)
@@ -79,7 +65,7 @@ def test_every_node_stops_when_the_stacks_owner_is_killed(tmp_path):
             time.sleep(0.2)
         assert not [d for d in temp_dirs if os.path.exists(d)], "the nodes' temp dirs are removed too"
     finally:
-        for pid in _alive(started):
+        for pid in alive(started):
             stop_process_tree(pid, grace=2)
         if owner.poll() is None:
             owner.kill()

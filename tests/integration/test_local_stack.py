@@ -6,10 +6,10 @@ import json
 import os
 import urllib.request
 
-import psutil
 import pytest
 
 from airflow_tune.local import LocalStack
+from tests.support.processes import alive, tree
 
 
 def _serves(state) -> None:
@@ -31,21 +31,6 @@ def _keys(state) -> dict[str, str]:
     }
 
 
-def _tree(pid: int) -> set[int]:
-    return {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.add(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
 def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
     """The ``with`` path the tests and the demo use; its normal exit is the session stack's and ``down``'s path."""
     local = LocalStack(tmp_path / "s", airflow=False)
@@ -53,11 +38,11 @@ def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         with local as state:
             _serves(state)
-            started = _tree(state.ray_pid) | _tree(state.s3_pid)
+            started = tree(state.ray_pid) | tree(state.s3_pid)
             assert len(started) > 3, "a Ray head runs several processes"
             ray_temp_dir = state.ray_temp_dir
             raise RuntimeError("boom")
-    assert started and _alive(started) == set()
+    assert started and alive(started) == set()
     assert not (tmp_path / "s" / "stack.json").exists()
     assert not os.path.exists(ray_temp_dir)
 
@@ -87,7 +72,7 @@ def test_cli_up_env_down(tmp_path):
         )
         assert f"AWS_ENDPOINT_URL={state.s3_endpoint}" in env.stdout
         assert "AIRFLOW_CONN_RAY_DEFAULT=" in env.stdout
-        started = _tree(state.ray_pid) | _tree(state.s3_pid)
+        started = tree(state.ray_pid) | tree(state.s3_pid)
         _serves(state)
         _users_own_dag_test_runs_after_eval_env(root, tmp_path)
     finally:
@@ -98,7 +83,7 @@ def test_cli_up_env_down(tmp_path):
             timeout=120,
         )
     assert down.returncode == 0 and "stopped" in down.stdout
-    assert _alive(started) == set()
+    assert alive(started) == set()
 
 
 USER_DAG = """
@@ -165,18 +150,18 @@ def test_services_stop_when_their_owner_is_killed(tmp_path):
     try:
         assert owner.stdout is not None
         ray_pid, s3_pid, ray_temp_dir = json.loads(owner.stdout.readline())
-        started = _tree(ray_pid) | _tree(s3_pid)
+        started = tree(ray_pid) | tree(s3_pid)
         assert len(started) > 3
         os.kill(owner.pid, signal.SIGKILL)
         owner.wait(timeout=10)
         deadline = time.monotonic() + 60
-        while _alive(started) and time.monotonic() < deadline:
+        while alive(started) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _alive(started) == set()
+        assert alive(started) == set()
     finally:
         from airflow_tune.local.stack import stop_process_tree
 
-        for pid in _alive(started):
+        for pid in alive(started):
             stop_process_tree(pid, grace=2)
         if owner.poll() is None:
             owner.kill()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from importlib.metadata import version
 from types import SimpleNamespace
 from unittest import mock
@@ -18,9 +18,10 @@ import pytest
 from airflow_tune.exceptions import RayConnectionError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
+from tests.support.json_http import JsonHandler
 
 
-class _Dashboard(BaseHTTPRequestHandler):
+class _Dashboard(JsonHandler):
     """Answers GET /api/version with ``ray_version`` and GET /api/jobs/ with no jobs; records every request."""
 
     ray_version: str | None = "2.59.0"
@@ -43,17 +44,6 @@ class _Dashboard(BaseHTTPRequestHandler):
         self._answer(500, {"error": "nothing may be submitted"})
 
     do_PUT = do_POST  # noqa: N815 - uploads of py_modules
-
-    def _answer(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture

@@ -297,3 +297,33 @@ def test_literal_import_paths_ignore_everything_a_template_renders():
     assert literal_import_paths('{"a": "x.y:z", "b": "{{ params.q }}"}') == {"x.y:z"}
     assert literal_import_paths('{"a": "x.{{ params.m }}:z"}') == set()
     assert literal_import_paths({"a": ["x:y", {"b": "p.q:r"}], "c": 3}) == {"x:y", "p.q:r"}
+
+
+def test_arguments_mapped_from_an_xcom_are_data_and_literal_expand_lists_are_code():
+    from airflow.sdk import task
+
+    from airflow_tune.code import arguments_mapped_from_data
+
+    names = {"trainable", "param_space", "scheduler", "search"}
+    common = {"storage_path": "s3://b/e", "metric": "m", "mode": "min"}
+    with DAG("mapped_cases", schedule=None) as dag:
+
+        @task
+        def chosen() -> list[str]:
+            return ["pkg.mod:fn"]
+
+        RayTuneOperator.partial(task_id="from_xcom", param_space={}, **common).expand(trainable=chosen())
+        RayTuneOperator.partial(task_id="from_literal", param_space={}, **common).expand(trainable=["pkg.mod:fn"])
+
+        @task
+        def kwargs_list() -> list[dict]:
+            return [{"trainable": "pkg.mod:fn", "param_space": {}}]
+
+        RayTuneOperator.partial(task_id="kwargs_from_xcom", search="random", **common).expand_kwargs(kwargs_list())
+        plain = RayTuneOperator(task_id="plain", trainable="pkg.mod:fn", param_space={}, **common)
+
+    assert arguments_mapped_from_data(dag.task_dict["from_xcom"], names) == {"trainable"}
+    assert arguments_mapped_from_data(dag.task_dict["from_literal"], names) == set()
+    from_kwargs_xcom = arguments_mapped_from_data(dag.task_dict["kwargs_from_xcom"], names)
+    assert from_kwargs_xcom == {"trainable", "param_space", "scheduler"}  # search was given to partial()
+    assert arguments_mapped_from_data(plain, names) == set()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
 from airflow_tune.operators.tune import RayTuneOperator
 
@@ -57,3 +57,32 @@ with DAG(
         py_modules=[TESTKIT],
         poll_interval=0.5,
     )
+
+
+def _mapped_tune(dag_id: str, trainables) -> DAG:
+    params = {"trainable": Param("x", type="string")}
+    with DAG(dag_id, schedule=None, catchup=False, tags=["test"], params=params) as dag:
+        if trainables is None:
+
+            @task
+            def choose(params=None) -> list[str]:
+                return [params["trainable"]]
+
+            trainables = choose()
+        RayTuneOperator.partial(
+            task_id="tune",
+            storage_path=STORAGE,
+            metric="loss",
+            mode="min",
+            param_space={"x": {"grid_search": [1]}, "steps": 1},
+            py_modules=[TESTKIT],
+            poll_interval=0.5,
+        ).expand(trainable=trainables)
+    return dag
+
+
+# A mapped task is built at run time from its expanded values; one taken from an XCom is still data.
+trainable_from_xcom = _mapped_tune("aft_trainable_from_xcom", None)
+trainable_from_literal_expand = _mapped_tune(
+    "aft_trainable_from_literal_expand", ["tune_testkit.airflow_cases:stepper"]
+)

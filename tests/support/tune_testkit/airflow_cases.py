@@ -48,7 +48,17 @@ def stepper(config: dict) -> None:
                 json.dump({"step": step, "x": config["x"], "loss": loss}, fh)
             tune.report({"loss": loss, "step": step}, checkpoint=tune.Checkpoint.from_directory(folder))
         mark(config, "step", step=step)
+        _gate(config, step)
     mark(config, "end")
+
+
+def _gate(config: dict, step: int) -> None:
+    """With ``gate = {"step": n, "file": path}``: every trial waits after its step n while the file exists, so a test
+    can act mid-experiment (all trials checkpointed, all with steps to go) however fast the machine is."""
+    gate = config.get("gate") or {}
+    if gate.get("step") == step:
+        while os.path.exists(gate["file"]):
+            time.sleep(0.1)
 
 
 def boom(config: dict) -> None:
