@@ -221,6 +221,8 @@ def test_execution_timeout_fails_the_task_and_leaves_no_running_job(tmp_path, mo
         [job] = jobs_of(name)
         wait_for(lambda: not _live(name), 30, "the job to end")
         assert jobs_of(name)[0]["status"] == "STOPPED"
-        assert "state saved" in RayHook().get_job_logs(job["submission_id"])
+        if read_marks(str(tmp_path), "start"):
+            # The experiment had begun (on a loaded machine the stop can come while the driver still imports Ray).
+            assert "state saved" in RayHook().get_job_logs(job["submission_id"])
     finally:
         stop_live_jobs(name)
