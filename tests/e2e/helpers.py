@@ -154,3 +154,11 @@ def kill_dag_process(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def wait_for_trials(proc: subprocess.Popen, log: Path, marker_dir: str, event: str, timeout: float = 300) -> None:
+    """Until a trial of the run in ``proc`` has written an ``event`` marker; fails with the run's log if it exits."""
+    from tests.support.tune_testkit.markers import read_markers
+
+    wait_for(lambda: read_markers(marker_dir, event) or proc.poll() is not None, timeout, f"a {event} marker")
+    assert proc.poll() is None, log.read_text()[-5000:]

@@ -23,7 +23,7 @@ from tests.e2e.helpers import (
     run_id_for,
     start_dag_process,
     stop_live_jobs,
-    wait_for,
+    wait_for_trials,
 )
 from tests.support.tune_testkit.markers import read_markers
 
@@ -71,20 +71,30 @@ def _dashboard_pid(stack: Any) -> int:
 @pytest.mark.timeout(600)
 def test_a_dashboard_that_stops_answering_for_30s_is_waited_out(stack, tmp_path):
     """A blocking and a deferred task, side by side through the same pause."""
+    gate = tmp_path / "gate"
+    gate.touch()  # every trial waits after its first step until the pause has begun: both tasks wait through it
     runs = {}
-    for mode in ("blocking", "deferred"):
-        logical_date = _date()
-        marker_dir = str(tmp_path / mode / "marks")
-        space = {"x": {"grid_search": [1, 3]}, "steps": 8, "sleep": 1.0, "marker_dir": marker_dir}
-        log = tmp_path / f"{mode}.log"
-        proc = start_dag_process(f"aft_dashboard_pause_{mode}", logical_date, {"space": space}, log)
-        runs[mode] = (f"aft_dashboard_pause_{mode}", run_id_for(logical_date), marker_dir, log, proc)
     dashboard = _dashboard_pid(stack)
     paused = False
     try:
-        wait_for(lambda: all(read_markers(run[2], "step") for run in runs.values()), 300, "both first steps")
+        for mode in ("blocking", "deferred"):
+            logical_date = _date()
+            marker_dir = str(tmp_path / mode / "marks")
+            space = {
+                "x": {"grid_search": [1, 3]},
+                "steps": 8,
+                "sleep": 1.0,
+                "marker_dir": marker_dir,
+                "gate": {"step": 0, "file": str(gate)},
+            }
+            log = tmp_path / f"{mode}.log"
+            proc = start_dag_process(f"aft_dashboard_pause_{mode}", logical_date, {"space": space}, log)
+            runs[mode] = (f"aft_dashboard_pause_{mode}", run_id_for(logical_date), marker_dir, log, proc)
+            # One at a time into Airflow's database: two dag.test() runs that sync the DAGs folder at once collide.
+            wait_for_trials(proc, log, marker_dir, "step")
         os.kill(dashboard, signal.SIGSTOP)
         paused = True
+        gate.unlink()
         time.sleep(30)
         os.kill(dashboard, signal.SIGCONT)
         paused = False
@@ -93,6 +103,7 @@ def test_a_dashboard_that_stops_answering_for_30s_is_waited_out(stack, tmp_path)
     finally:
         if paused:
             os.kill(dashboard, signal.SIGCONT)
+        gate.unlink(missing_ok=True)
         for dag_id, run_id, _, _, proc in runs.values():
             kill_dag_process(proc)
             stop_live_jobs(experiment(dag_id, run_id))

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 
 from airflow_tune.contract import RESULT_KEYS
-from tests.e2e.helpers import experiment, kill_dag_process, run_id_for, start_dag_process, stop_live_jobs, wait_for
+from tests.e2e.helpers import (
+    experiment,
+    kill_dag_process,
+    run_id_for,
+    start_dag_process,
+    stop_live_jobs,
+    wait_for,
+    wait_for_trials,
+)
 from tests.support.tune_testkit.markers import read_markers
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -55,21 +63,23 @@ def test_a_20s_pause_of_s3_mid_experiment_is_ridden_out_in_one_try(stack, tmp_pa
     gate = tmp_path / "gate"
     gate.touch()  # every trial waits after its second step until the pause has begun
     runs = {}
-    for mode in MODES:
-        logical_date = datetime(2005, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
-        marker_dir = str(tmp_path / mode / "marks")
-        space = {
-            "x": {"grid_search": [1, 3]},
-            "steps": STEPS,
-            "sleep": 1.0,
-            "marker_dir": marker_dir,
-            "gate": {"step": 1, "file": str(gate)},
-        }
-        log = tmp_path / f"{mode}.log"
-        proc = start_dag_process(f"aft_pause_{mode}", logical_date, {"space": space}, log)
-        runs[mode] = (f"aft_pause_{mode}", run_id_for(logical_date), marker_dir, log, proc)
     paused = False
     try:
+        for mode in MODES:
+            logical_date = datetime(2005, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
+            marker_dir = str(tmp_path / mode / "marks")
+            space = {
+                "x": {"grid_search": [1, 3]},
+                "steps": STEPS,
+                "sleep": 1.0,
+                "marker_dir": marker_dir,
+                "gate": {"step": 1, "file": str(gate)},
+            }
+            log = tmp_path / f"{mode}.log"
+            proc = start_dag_process(f"aft_pause_{mode}", logical_date, {"space": space}, log)
+            runs[mode] = (f"aft_pause_{mode}", run_id_for(logical_date), marker_dir, log, proc)
+            # One at a time into Airflow's database: two dag.test() runs that sync the DAGs folder at once collide.
+            wait_for_trials(proc, log, marker_dir, "start")
         # Mid-experiment: every trial of both experiments has checkpointed two steps and waits at the gate.
         wait_for(
             lambda: all(min(_steps(run[2]).get(x, 0) for x in (1, 3)) >= 2 for run in runs.values()),

@@ -12,6 +12,14 @@ from airflow_tune.operators.tune import RayTuneOperator
 
 TESTKIT = str(Path(__file__).resolve().parents[2] / "support" / "tune_testkit")
 STORAGE = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
+ONE_TRIAL = {
+    "storage_path": STORAGE,
+    "metric": "loss",
+    "mode": "min",
+    "param_space": {"x": {"grid_search": [1]}, "steps": 1},
+    "py_modules": [TESTKIT],
+    "poll_interval": 0.5,
+}
 
 with DAG(
     "aft_conf_as_data",
@@ -47,16 +55,7 @@ with DAG(
     params={"trainable": Param("tune_testkit.airflow_cases:stepper", type="string")},
     render_template_as_native_obj=True,
 ) as trainable_from_conf:
-    RayTuneOperator(
-        task_id="tune",
-        trainable="{{ params.trainable }}",
-        storage_path=STORAGE,
-        metric="loss",
-        mode="min",
-        param_space={"x": {"grid_search": [1]}, "steps": 1},
-        py_modules=[TESTKIT],
-        poll_interval=0.5,
-    )
+    RayTuneOperator(task_id="tune", trainable="{{ params.trainable }}", **ONE_TRIAL)
 
 
 def _mapped_tune(dag_id: str, trainables) -> DAG:
@@ -69,15 +68,7 @@ def _mapped_tune(dag_id: str, trainables) -> DAG:
                 return [params["trainable"]]
 
             trainables = choose()
-        RayTuneOperator.partial(
-            task_id="tune",
-            storage_path=STORAGE,
-            metric="loss",
-            mode="min",
-            param_space={"x": {"grid_search": [1]}, "steps": 1},
-            py_modules=[TESTKIT],
-            poll_interval=0.5,
-        ).expand(trainable=trainables)
+        RayTuneOperator.partial(task_id="tune", **ONE_TRIAL).expand(trainable=trainables)
     return dag
 
 
