@@ -24,20 +24,25 @@ def _per_x(config: dict, key: str, default: float) -> float:
     return float(value)
 
 
+def _start_or_resume(config: dict) -> int:
+    """The step to run next: 0 (marked ``start``), or the one after the trial's checkpoint (marked ``resume``)."""
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is None:
+        mark(config, "start")
+        return 0
+    with checkpoint.as_directory() as folder:
+        with open(os.path.join(folder, "state.json")) as fh:
+            start = json.load(fh)["step"] + 1
+    mark(config, "resume", step=start)
+    return start
+
+
 def stepper(config: dict) -> None:
     """Reports ``steps`` times, ``sleep`` seconds apart, with a checkpoint each step; resumes from its checkpoint.
 
     The loss falls with each step and is lowest for x=3, so the best trial and its last checkpoint are predictable.
     """
-    start = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            with open(os.path.join(folder, "state.json")) as fh:
-                start = json.load(fh)["step"] + 1
-        mark(config, "resume", step=start)
-    else:
-        mark(config, "start")
+    start = _start_or_resume(config)
     steps = int(_per_x(config, "steps", 3))
     sleep = _per_x(config, "sleep", 0.0)
     for step in range(start, steps):
@@ -72,15 +77,7 @@ def crashy(config: dict) -> None:
     once, at most 3 per trial), so ``failure={"max_failures": 3}`` always brings every trial to its end."""
     import hashlib
 
-    start = 0
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            with open(os.path.join(folder, "state.json")) as fh:
-                start = json.load(fh)["step"] + 1
-        mark(config, "resume", step=start)
-    else:
-        mark(config, "start")
+    start = _start_or_resume(config)
     steps = int(config.get("steps", 8))
     crash_steps = [
         s for s in range(1, steps) if int(hashlib.sha256(f"{config['x']}-{s}".encode()).hexdigest(), 16) % 10 < 3
