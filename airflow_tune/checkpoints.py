@@ -15,7 +15,7 @@ def download_checkpoint(uri: str, local_dir: str | None = None) -> str:
     """Copy the checkpoint at ``uri`` (``s3://...`` or a path) to ``local_dir`` (a new temp dir by default).
 
     :param uri: the checkpoint's URI, e.g. ``result["best_checkpoint_uri"]``.
-    :param local_dir: where to put its files.
+    :param local_dir: where to put its files; without it, the caller removes the new temp dir when done.
     :return: the local folder holding the checkpoint's files.
     """
     if not uri:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import tempfile
 from typing import Any
 
 from digits_tuning.trainables import MODEL_FILE
@@ -12,9 +13,10 @@ from digits_tuning.trainables import MODEL_FILE
 def load_model(checkpoint_uri: str) -> Any:
     from airflow_tune.checkpoints import download_checkpoint
 
-    folder = download_checkpoint(checkpoint_uri)
-    with open(os.path.join(folder, MODEL_FILE), "rb") as fh:
-        return pickle.load(fh)["model"]
+    with tempfile.TemporaryDirectory(prefix="checkpoint-") as folder:
+        download_checkpoint(checkpoint_uri, folder)
+        with open(os.path.join(folder, MODEL_FILE), "rb") as fh:
+            return pickle.load(fh)["model"]
 
 
 def holdout_score(model: Any) -> float:

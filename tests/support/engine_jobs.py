@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -148,9 +149,10 @@ def read_checkpoint_state(uri: str, name: str = "state.json") -> dict:
     """Download the checkpoint at ``uri`` with the product's helper and read its state file."""
     from airflow_tune.checkpoints import download_checkpoint
 
-    folder = download_checkpoint(uri)
-    with open(os.path.join(folder, name)) as fh:
-        return json.load(fh)
+    with tempfile.TemporaryDirectory(prefix="checkpoint-") as folder:
+        download_checkpoint(uri, folder)
+        with open(os.path.join(folder, name)) as fh:
+            return json.load(fh)
 
 
 def trial_by_id(manifest: dict, trial_id: str) -> dict:

@@ -33,12 +33,14 @@ def build(dag_id: str, deferrable: bool) -> DAG:
         def use_winner(result: dict) -> dict:
             import json
             import os
+            import tempfile
 
             from airflow_tune.checkpoints import download_checkpoint
 
-            folder = download_checkpoint(result["best_checkpoint_uri"])
-            with open(os.path.join(folder, "state.json")) as fh:
-                state = json.load(fh)
+            with tempfile.TemporaryDirectory() as folder:
+                download_checkpoint(result["best_checkpoint_uri"], folder)
+                with open(os.path.join(folder, "state.json")) as fh:
+                    state = json.load(fh)
             return {"x": result["best_config"]["x"], "checkpoint_x": state["x"], "checkpoint_loss": state["loss"]}
 
         use_winner(tune_task.output)
