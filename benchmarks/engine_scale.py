@@ -2,8 +2,10 @@
 progress.json, manifests) vs the same experiment as a plain Tune driver script, both as Ray jobs on the same head,
 in interleaved pairs; and the sizes of the manifests the Airflow side reads at that size.
 
-Both halves reuse actors: otherwise each trivial trial starts a Python worker (about 3 s on 2 cores), and the run
-measures process start-up rather than the driver-side tracking this benchmark is about (and takes an hour)."""
+Each run writes to a bucket of its own and the order alternates pair by pair (plain first, then ours first): an S3
+endpoint that slows as a bucket fills (the local one lists every key of a bucket) would otherwise favour whichever
+half runs first. Both halves reuse actors: otherwise each trivial trial starts a Python worker (about 3 s on 2
+cores), and the run measures process start-up rather than the driver-side tracking this benchmark is about."""
 
 from __future__ import annotations
 
@@ -53,12 +55,21 @@ def _wait(name: str, start: float, timeout: float = 3600) -> float:
     return time.perf_counter() - start
 
 
+def fresh_storage(name: str) -> str:
+    """A new bucket on the stack's S3 endpoint for one run, as an experiments folder URI."""
+    import boto3
+
+    bucket = name.lower()
+    boto3.client("s3").create_bucket(Bucket=bucket)  # endpoint and keys from the stack's env
+    return f"s3://{bucket}/experiments"
+
+
 def run_ours(state: Any, trials: int) -> tuple[float, str]:
     name = f"bench-scale-ours-{uuid.uuid4().hex[:8]}"
     spec = {
         "trainable": "tune_testkit.functions:return_dict",
         "name": name,
-        "storage_path": state.storage_uri,
+        "storage_path": fresh_storage(name),
         "metric": "score",
         "mode": "max",
         "param_space": {"x": {"uniform": [0, 4]}},
@@ -74,7 +85,8 @@ def run_plain(state: Any, trials: int) -> float:
     name = f"bench-scale-plain-{uuid.uuid4().hex[:8]}"
     folder = Path(state.root) / "drivers" / name
     folder.mkdir(parents=True)
-    (folder / "driver.py").write_text(PLAIN_DRIVER.format(name=name, storage=state.storage_uri, trials=trials))
+    storage = fresh_storage(name)
+    (folder / "driver.py").write_text(PLAIN_DRIVER.format(name=name, storage=storage, trials=trials))
     return _run("python driver.py", name, {"working_dir": str(folder), "py_modules": [str(TESTKIT)]})
 
 
@@ -85,9 +97,13 @@ def main(stack_state: Any = None, trials: int = 2000, pairs: int = 2) -> dict[st
 
     ratios, ours_s, plain_s = [], [], []
     experiment_uri = ""
-    for pair in range(1, pairs + 1):  # interleaved: drift on the machine hits both alike
-        plain = run_plain(stack_state, trials)
-        ours, experiment_uri = run_ours(stack_state, trials)
+    for pair in range(1, pairs + 1):  # interleaved, in turn first: drift on the machine hits both alike
+        if pair % 2:
+            plain = run_plain(stack_state, trials)
+            ours, experiment_uri = run_ours(stack_state, trials)
+        else:
+            ours, experiment_uri = run_ours(stack_state, trials)
+            plain = run_plain(stack_state, trials)
         plain_s.append(plain)
         ours_s.append(ours)
         ratios.append(plain / ours)
@@ -106,7 +122,7 @@ def main(stack_state: Any = None, trials: int = 2000, pairs: int = 2) -> dict[st
         "throughput_ratio": statistics.median(ratios),
         "sizes": sizes,
     }
-    print(f"{trials} trivial trials, S3 storage, real Ray head ({pairs} interleaved pairs, medians)")
+    print(f"{trials} trivial trials, S3 storage, real Ray head ({pairs} pairs in alternating order, medians)")
     print(f"  plain Tune driver script (baseline)   {result['plain_s']:7.1f} s")
     print(
         f"  airflow-tune engine as a Ray job      {result['ours_s']:7.1f} s   "
