@@ -40,7 +40,6 @@ def _tune(task_id: str = "tune", trainable: str = "tune_testkit.airflow_cases:st
         checkpoint={"num_to_keep": 2},
         py_modules=[TESTKIT],
         progress_interval_s=1.0,
-        stop_wait_s=30,
         **kwargs,
     )
 
