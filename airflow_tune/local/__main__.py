@@ -15,7 +15,9 @@ import os
 import shlex
 import sys
 
-from airflow_tune.local.stack import LocalStack, StackError, load_state, stop_from_state
+from airflow_tune.local.processes import StackError
+from airflow_tune.local.stack import LocalStack
+from airflow_tune.local.state import load_state, stop_from_state
 
 DEFAULT_ROOT = ".stack"
 

@@ -10,7 +10,9 @@ from dataclasses import asdict
 
 import psutil
 
-from airflow_tune.local.stack import LocalStack, StackState, process_started_at, stop_from_state
+from airflow_tune.local import LocalStack
+from airflow_tune.local.processes import process_started_at
+from airflow_tune.local.state import StackState, stop_from_state
 
 
 def _state(tmp_path, pid: int, started_at: dict[str, float]) -> None:
