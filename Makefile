@@ -22,10 +22,14 @@ $(CLUSTER_STAMP): docker/requirements-ray.txt constraints.txt
 	$(CLUSTER_VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -r docker/requirements-ray.txt
 	touch $(CLUSTER_STAMP)
 
+# The editable install leaves airflow_tune.egg-info in the checkout (setuptools runs egg_info there for the build
+# requirements): a second copy of the package's metadata for every process with the checkout on sys.path (pytest,
+# `python -m` here), in which Airflow would then register the Experiment view's plugin twice. The venv has its own.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check --upgrade "pip>=24"
 	$(PIP) install -q --disable-pip-version-check -c constraints.txt -e ".[test,lint,examples,optuna,hyperopt,local]"
+	rm -rf airflow_tune.egg-info
 	touch $(STAMP)
 
 # The browser test's Chromium (Debian's package, never a downloaded browser) and Playwright to drive it. Best effort:
