@@ -65,6 +65,12 @@ def get_provider_info() -> dict[str, Any]:
                         "confs or XComs may name as trainable, factory or sample_from. Comma-separated.",
                         "schema": {"type": ["string", "array", "null"]},
                     },
+                    "allowed_storage_roots": {
+                        "label": "Allowed storage roots",
+                        "description": "Storage URIs (e.g. s3://bucket/experiments) under which a storage_path "
+                        "rendered from Params, confs or XComs may lie. Comma-separated or a JSON list.",
+                        "schema": {"type": ["string", "array", "null"]},
+                    },
                 },
             }
         ],
@@ -91,7 +97,18 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "my_models.*:*, shared.tuning:make_scheduler",
                         "default": "",
-                    }
+                    },
+                    "allowed_storage_roots": {
+                        "description": "Storage URIs (comma-separated, or a JSON list) under which a storage_path "
+                        "rendered from a template, a Param, a trigger conf or an XCom may lie, compared segment by "
+                        "segment (same scheme and bucket). A storage path written in the DAG file is its own root "
+                        "(with a template, the literal text before it, cut back to the last '/'). Empty: rendered "
+                        "storage paths stay under the DAG file's root.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "s3://ml-bucket/experiments, file:///shared/experiments",
+                        "default": "",
+                    },
                 },
             }
         },

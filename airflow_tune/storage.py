@@ -4,6 +4,10 @@ Used by the engine on the cluster and by Airflow tasks alike, through pyarrow's 
 writes with), so whatever Tune can write to, we can read from. S3 settings come from the environment
 (``AWS_ENDPOINT_URL``, keys, region) or the instance's role. pyarrow is imported inside the functions: Airflow-side
 modules import this one at DAG-parse time.
+
+Every URI is parsed as the spec parses a storage path (:func:`airflow_tune.spec.naming.parse_storage_uri`): one with
+userinfo, a port, a query, a fragment, ``.``/``..``/``//`` segments, escapes or odd characters is refused with a
+ValueError naming it, and filesystems are built from the scheme and the bucket only.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import functools
 import json
 import os
 from typing import TYPE_CHECKING, Any
+
+from airflow_tune.spec.naming import StorageLocation, parse_storage_uri
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -49,26 +55,35 @@ def _filesystem(scheme: str, bucket: str, endpoint: str, settings: tuple[float, 
     )
 
 
+def location(uri: str) -> StorageLocation:
+    """``uri`` parsed as the spec parses a storage path; ValueError naming the URI when it is refused (userinfo, a
+    port, a query, a fragment, ``.``/``..``/``//``, a relative path, ...; see :mod:`airflow_tune.spec.naming`)."""
+    return parse_storage_uri(uri, field="storage URI")
+
+
 def resolve(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
-    """The filesystem and the scheme-less path of ``uri``."""
+    """The filesystem and the scheme-less path of ``uri``.
+
+    The filesystem is built from the scheme and the bucket only (or is the local one), never from the URI itself:
+    pyarrow's ``from_uri`` would honour options in a query string (``?endpoint_override=...``) or userinfo.
+    """
     import pyarrow.fs
 
-    if "://" not in uri:
-        return pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
-    scheme, rest = uri.split("://", 1)
-    if scheme not in ("s3", "gs", "gcs"):
-        return pyarrow.fs.FileSystem.from_uri(uri)  # type: ignore[no-any-return]
-    bucket = rest.split("/", 1)[0]
+    where = location(uri)
+    if where.scheme == "file":
+        return pyarrow.fs.LocalFileSystem(), where.path
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
     settings = (_setting(S3_REQUEST_TIMEOUT_ENV), _setting(S3_CONNECT_TIMEOUT_ENV), int(_setting(S3_MAX_ATTEMPTS_ENV)))
-    return _filesystem(scheme, bucket, endpoint, settings), rest.rstrip("/")
+    return _filesystem(where.scheme, where.bucket, endpoint, settings), where.path
 
 
 def tune_storage(storage_path: str) -> tuple[str, pyarrow.fs.FileSystem | None]:
     """What to give Tune as ``storage_path`` and ``storage_filesystem``: an object store through :func:`resolve`'s
-    patient filesystem (Tune wants the path without its scheme then); anything else as it is."""
-    if "://" not in storage_path or storage_path.split("://", 1)[0] not in ("s3", "gs", "gcs"):
-        return storage_path, None
+    patient filesystem (Tune wants the path without its scheme then); a local path in its canonical form
+    (``file:///abs/path`` for a ``file://`` URI, ``/abs/path`` for a plain one), which Tune resolves itself."""
+    where = location(storage_path)
+    if where.scheme == "file":
+        return (where.uri if "://" in storage_path else where.path), None
     fs, path = resolve(storage_path)
     return path, fs
 
@@ -79,7 +94,7 @@ def with_scheme(storage_uri: str, path: str) -> str:
         return path
     if "://" not in storage_uri:
         return path
-    scheme = storage_uri.split("://", 1)[0]
+    scheme = storage_uri.split("://", 1)[0].lower()
     if scheme == "file":
         return f"file://{path}"
     return f"{scheme}://{path.lstrip('/')}"
@@ -130,11 +145,11 @@ def read_json_if_changed(uri: str, seen: Any) -> tuple[Any, Any]:
 
 
 def write_bytes(uri: str, data: bytes) -> None:
-    """Write a whole object. S3 puts are atomic: a reader sees the old or the new content, never half."""
+    """Write a whole object. S3 puts are atomic: a reader sees the old or the new content, never half; a local file
+    (a path or ``file://``) is written beside its place and moved there, its folders made first."""
     fs, path = resolve(uri)
-    parent = path.rsplit("/", 1)[0]
-    if parent and "://" not in uri:
-        fs.create_dir(parent, recursive=True)
+    if location(uri).scheme == "file":
+        fs.create_dir(path.rsplit("/", 1)[0] or "/", recursive=True)
         tmp = f"{path}.tmp-{os.getpid()}"
         with fs.open_output_stream(tmp) as out:
             out.write(data)

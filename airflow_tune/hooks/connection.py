@@ -115,6 +115,15 @@ def _extra_patterns(extra: Mapping[str, Any]) -> tuple[str, ...]:
         raise RayConnectionError(f"The Ray connection's extra: {exc}") from None
 
 
+def _extra_roots(extra: Mapping[str, Any]) -> tuple[str, ...]:
+    from airflow_tune.roots import ROOTS_OPTION, parse_roots
+
+    try:
+        return tuple(parse_roots(_extra_value(extra, ROOTS_OPTION)))
+    except TypeError as exc:
+        raise RayConnectionError(f"The Ray connection's extra: {exc}") from None
+
+
 def _extra_verify(extra: Mapping[str, Any]) -> bool | str:
     value = _extra_value(extra, "verify")
     if value is None:
@@ -143,6 +152,8 @@ class RayEndpoint:
     :param metadata: default metadata added to each job's.
     :param allowed_code_references: import-path patterns this deployment lets rendered values name (see
         :mod:`airflow_tune.code`).
+    :param allowed_storage_roots: storage URIs under which rendered storage paths may lie (see
+        :mod:`airflow_tune.roots`); checked when used.
     """
 
     url: str
@@ -152,6 +163,7 @@ class RayEndpoint:
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     allowed_code_references: tuple[str, ...] = ()
+    allowed_storage_roots: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         # Headers and cookies carry credentials: show only their names.
@@ -186,4 +198,5 @@ class RayEndpoint:
             runtime_env=_extra_dict(extra, "runtime_env"),
             metadata=stringify_metadata(_extra_dict(extra, "metadata")),
             allowed_code_references=_extra_patterns(extra),
+            allowed_storage_roots=_extra_roots(extra),
         )

@@ -129,6 +129,11 @@ class RayHook(BaseHook):
         """Import-path patterns the connection's extra ``allowed_code_references`` allow-lists."""
         return self.endpoint.allowed_code_references
 
+    @property
+    def allowed_storage_roots(self) -> tuple[str, ...]:
+        """Storage roots the connection's extra ``allowed_storage_roots`` allows (see :mod:`airflow_tune.roots`)."""
+        return self.endpoint.allowed_storage_roots
+
     def job_url(self, job_id: str) -> str:
         """The dashboard page of a job.
 
