@@ -220,7 +220,8 @@ def search_space_schema(primitives: tuple[str, ...] | None = None) -> dict[str, 
     """A JSON schema of a flat search space: each parameter is one primitive with its exact arguments.
 
     For trigger forms (Airflow ``Param``): values inside ``choice``/``grid_search`` are scalars, and no other key is
-    accepted anywhere, so a form cannot carry nested configs. The operator's own checks still apply to what passes.
+    accepted anywhere, so a form cannot carry nested configs. Parameter names are identifiers of at most 64
+    characters. The operator's own checks still apply to what passes.
 
     :param primitives: the primitives to offer; by default every number primitive plus choice and grid_search.
     """
@@ -241,6 +242,8 @@ def search_space_schema(primitives: tuple[str, ...] | None = None) -> dict[str, 
     return {
         "type": "object",
         "minProperties": 1,
-        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+        # ``$`` also matches before a trailing newline in Python's re.search (what jsonschema uses), so "lr\n" would
+        # pass; ``(?![\s\S])`` is end-of-string in both ECMA-262 (the browser's form) and Python.
+        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,63}(?![\s\S])", "maxLength": 64},
         "additionalProperties": {"oneOf": options},
     }
