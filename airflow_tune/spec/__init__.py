@@ -2,13 +2,16 @@
 
 - :mod:`~airflow_tune.spec.space`: the search-space grammar (primitives, their checks, what Tune would run as code,
   the import paths a space names, a JSON schema for trigger forms);
-- :mod:`~airflow_tune.spec.parts`: scheduler, searcher, resources, checkpoints, failures, each checking itself;
+- :mod:`~airflow_tune.spec.parts`: scheduler, searcher, resources, checkpoints, failures, each checking itself
+  (with :mod:`~airflow_tune.spec.arguments`, the arguments Tune's schedulers and searchers take, and
+  :mod:`~airflow_tune.spec.resources`, the resource names and amounts Ray accepts);
 - :mod:`~airflow_tune.spec.experiment`: the whole spec, its cross-field checks and its identity (fingerprint);
 - :mod:`~airflow_tune.spec.naming`: experiment names and storage paths.
 
 Imports neither airflow nor ray.
 """
 
+from airflow_tune.spec.arguments import SEARCHER_ARGS
 from airflow_tune.spec.errors import SpecError
 from airflow_tune.spec.experiment import (
     BEST_SCOPES,
@@ -32,6 +35,7 @@ from airflow_tune.spec.parts import (
     ResourcesSpec,
     SchedulerSpec,
     SearchSpec,
+    node_pins,
 )
 from airflow_tune.spec.space import (
     IMPORT_PATH,
@@ -53,6 +57,7 @@ __all__ = [
     "SCHEDULERS",
     "SCHEDULER_ALIASES",
     "SEARCHERS",
+    "SEARCHER_ARGS",
     "SPEC_VERSION",
     "STORAGE_SCHEMES",
     "TUNE_CODE_KEYS",
@@ -68,6 +73,7 @@ __all__ = [
     "fingerprint_of",
     "identity_differences",
     "identity_of",
+    "node_pins",
     "non_finite_numbers",
     "primitive_of",
     "search_space_schema",

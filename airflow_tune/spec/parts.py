@@ -8,53 +8,35 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
+from airflow_tune.spec.arguments import (
+    SCHEDULER_ALIASES,
+    SCHEDULERS,
+    SEARCHERS,
+    check_json_args,
+    check_scheduler_args,
+    check_searcher_args,
+)
 from airflow_tune.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number
+from airflow_tune.spec.resources import check_bundle, is_node_pin
 from airflow_tune.spec.space import IMPORT_PATH, check_space
 
-#: Schedulers by name, with the keyword arguments Ray Tune 2.60 accepts (metric/mode come from the spec).
-SCHEDULERS: dict[str, frozenset[str]] = {
-    "fifo": frozenset(),
-    "asha": frozenset({"time_attr", "max_t", "grace_period", "reduction_factor", "brackets", "stop_last_trials"}),
-    "hyperband": frozenset({"time_attr", "max_t", "reduction_factor", "stop_last_trials"}),
-    "median_stopping_rule": frozenset(
-        {"time_attr", "grace_period", "min_samples_required", "min_time_slice", "hard_stop"}
-    ),
-    "pbt": frozenset(
-        {
-            "time_attr",
-            "perturbation_interval",
-            "burn_in_period",
-            "hyperparam_mutations",
-            "quantile_fraction",
-            "resample_probability",
-            "perturbation_factors",
-            "log_config",
-            "require_attrs",
-            "synch",
-        }
-    ),
-    "pb2": frozenset(
-        {
-            "time_attr",
-            "perturbation_interval",
-            "hyperparam_bounds",
-            "quantile_fraction",
-            "log_config",
-            "require_attrs",
-            "synch",
-        }
-    ),
-}
-SCHEDULER_ALIASES = {"async_hyperband": "asha", "ashascheduler": "asha", "median": "median_stopping_rule"}
+__all__ = [
+    "PARTS",
+    "PLACEMENT_STRATEGIES",
+    "SCHEDULERS",
+    "SCHEDULER_ALIASES",
+    "SEARCHERS",
+    "CheckpointSpec",
+    "FailureSpec",
+    "ResourcesSpec",
+    "SchedulerSpec",
+    "SearchSpec",
+    "build_part",
+    "field_list",
+    "node_pins",
+    "normalize_part",
+]
 
-#: Searchers by name and the package each needs on the cluster.
-SEARCHERS: dict[str, str | None] = {
-    "random": None,
-    "grid": None,
-    "optuna": "optuna",
-    "hyperopt": "hyperopt",
-    "bayesopt": "bayes_opt",
-}
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
@@ -92,6 +74,7 @@ class SchedulerSpec(_Part):
         if self.factory is not None:
             if not isinstance(self.factory, str) or not IMPORT_PATH.match(self.factory):
                 errors.add("scheduler.factory", self.factory, "not an import path", 'write "package.module:function"')
+            check_json_args("scheduler", self.args, errors, code={})
             return
         name = self.canonical_name
         if name not in SCHEDULERS:
@@ -103,12 +86,7 @@ class SchedulerSpec(_Part):
             )
             return
         args = self.args
-        for arg in args:
-            if arg in ("metric", "mode"):
-                errors.add(f"scheduler.args.{arg}", args[arg], "is set by the spec", f"set the spec's {arg} instead")
-            elif arg not in SCHEDULERS[name]:
-                allowed = ", ".join(sorted(SCHEDULERS[name])) or "no arguments"
-                errors.add(f"scheduler.args.{arg}", args[arg], f"not an argument of {name}", f"{name} takes {allowed}")
+        check_scheduler_args(name, args, errors)
         for arg in ("max_t", "grace_period", "reduction_factor", "perturbation_interval", "brackets"):
             if arg in args and (not is_number(args[arg]) or args[arg] <= 0):
                 errors.add(f"scheduler.args.{arg}", args[arg], "must be a positive number", "give e.g. 1")
@@ -169,25 +147,13 @@ class SearchSpec(_Part):
         if self.factory is not None:
             if not isinstance(self.factory, str) or not IMPORT_PATH.match(self.factory):
                 errors.add("search.factory", self.factory, "not an import path", 'write "package.module:function"')
+            check_json_args("search", self.args, errors, code={})
             return
         name = str(self.name).lower()
         if name not in SEARCHERS:
             errors.add("search.name", self.name, "unknown search algorithm", f"use one of {', '.join(SEARCHERS)}")
             return
-        for arg, field_name in (
-            ("metric", "metric"),
-            ("mode", "mode"),
-            ("space", "param_space"),
-            ("points_to_evaluate", "points_to_evaluate"),
-        ):
-            if arg in self.args:
-                why = (
-                    "a searcher's own space is not JSON (Optuna distributions, hyperopt hp objects); the spec's "
-                    "param_space is converted for every searcher"
-                    if arg == "space"
-                    else "is set by the spec"
-                )
-                errors.add(f"search.args.{arg}", self.args[arg], why, f"set the spec's {field_name} instead")
+        check_searcher_args(name, self.args, errors)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +173,7 @@ class ResourcesSpec(_Part):
             if not isinstance(self.per_trial, Mapping) or not self.per_trial:
                 errors.add("resources", self.per_trial, "must be a non-empty object", 'write {"cpu": 1, "gpu": 0}')
             else:
-                _check_bundle(self.per_trial, "resources", errors)
+                check_bundle(self.per_trial, "resources", errors)
         if self.bundles is not None:
             if not isinstance(self.bundles, list) or not self.bundles:
                 errors.add(
@@ -218,19 +184,24 @@ class ResourcesSpec(_Part):
                     if not isinstance(bundle, Mapping) or not bundle:
                         errors.add(f"resources.bundles[{i}]", bundle, "must be a non-empty object", 'write {"CPU": 1}')
                     else:
-                        _check_bundle(bundle, f"resources.bundles[{i}]", errors)
+                        check_bundle(bundle, f"resources.bundles[{i}]", errors)
         if self.strategy not in PLACEMENT_STRATEGIES:
             errors.add(
                 "resources.strategy", self.strategy, "unknown strategy", f"use one of {', '.join(PLACEMENT_STRATEGIES)}"
             )
 
 
-def _check_bundle(bundle: Mapping[str, Any], path: str, errors: Errors) -> None:
-    for key, value in bundle.items():
-        if not is_number(value) or value < 0:
-            errors.add(f"{path}.{key}", value, "must be a number >= 0", "give an amount, e.g. 1 or 0.5")
-    if all(is_number(v) and v == 0 for v in bundle.values()):
-        errors.add(path, dict(bundle), "asks for no resources at all", 'ask for at least {"cpu": 1}')
+def node_pins(resources: ResourcesSpec | None) -> list[tuple[str, str]]:
+    """Every ``node:`` key of ``resources`` (a pin of trials to one node, ``node:<ip>``), with its field path.
+
+    A pin is legitimate only when the DAG file wrote it: the Airflow side refuses one that appears only after rendering.
+    """
+    if resources is None:
+        return []
+    dicts: list[tuple[str, Any]] = [("resources", resources.per_trial)]
+    if isinstance(resources.bundles, list):
+        dicts += [(f"resources.bundles[{i}]", b) for i, b in enumerate(resources.bundles)]
+    return [(f"{path}.{key}", key) for path, d in dicts if isinstance(d, Mapping) for key in d if is_node_pin(key)]
 
 
 @dataclass(frozen=True, kw_only=True)
