@@ -1,7 +1,8 @@
 """Storage roots through Airflow (dag.test on the local stack): a conf that steers the storage path out of its root
-(a query string, a fragment, ``..``, an escape, userinfo, another bucket) is refused before any Ray job exists and
-before anything is written; an ordinary team tail runs; a deployment root admits a fully templated path; and a
-``file://`` storage path on a shared filesystem runs an experiment to success with its checkpoint there."""
+(a query string, a fragment, ``..``, an escape, userinfo, another bucket, a path mapped from an XCom) is refused
+before any Ray job exists and before anything is written; an ordinary team tail runs; a deployment root admits a fully
+templated path; and a ``file://`` storage path on a shared filesystem runs an experiment to success with its
+checkpoint there."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tune.checkpoints import download_checkpoint
+from airflow_tune.spec import experiment_name_for
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -55,6 +57,7 @@ def test_a_conf_that_steers_the_storage_path_out_of_its_root_is_refused_before_a
         ("port", "aft_storage_from_conf", {"path": f"s3://{bucket}:9000/experiments"}, "port"),
         ("other-bucket", "aft_storage_from_conf", {"path": f"s3://{other_bucket}/x"}, "lies under no storage root"),
         ("same-bucket-no-root", "aft_storage_from_conf", {"path": storage}, "lies under no storage root"),
+        ("mapped-from-xcom", "aft_storage_mapped_from_xcom", {"path": storage}, "lies under no storage root"),
     ]
     for case, dag_id, conf, words in cases:
         run = run_dag(load_dag(dag_id, FILE), conf, logical_date=_date())
@@ -62,7 +65,7 @@ def test_a_conf_that_steers_the_storage_path_out_of_its_root_is_refused_before_a
         [error] = run.errors("tune")
         assert isinstance(error, ValueError), (case, error)
         assert "storage_path = " in str(error) and words in str(error), (case, str(error))
-        name = experiment(dag_id, run.run_id)
+        name = experiment_name_for(dag_id, "tune", run.run_id, 0 if "mapped" in dag_id else -1)
         assert jobs_of(name) == [], case
         assert _keys_naming(s3_client, name) == [], case
 

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
 from airflow_tune.operators.tune import RayTuneOperator
 
@@ -49,3 +49,17 @@ with DAG(
 
 with DAG("aft_storage_file", schedule=None, catchup=False, tags=["test"]) as on_a_shared_filesystem:
     RayTuneOperator(task_id="tune", storage_path=FILE_STORAGE, **ONE_TRIAL)
+
+with DAG(
+    "aft_storage_mapped_from_xcom",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={"path": Param(STORAGE, type="string")},
+) as mapped_from_xcom:
+    # A mapped task is built with its expanded values as arguments: one taken from an XCom is still data.
+    @task
+    def choose(params=None) -> list[str]:
+        return [params["path"]]
+
+    RayTuneOperator.partial(task_id="tune", **ONE_TRIAL).expand(storage_path=choose())
