@@ -38,6 +38,7 @@ CONFIG_SECTION = "airflow_tune"
 #: The package a by-value trainable travels in (a folder in the job's ``py_modules``).
 SHIPPED_PACKAGE = "airflow_tune_shipped"
 _PICKLE_FILE = "trainable.pkl"
+NODE_PIN_PREFIX = "node:"
 _JINJA_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
 _QUOTED = re.compile(r"\"([^\"\x00]*)\"|'([^'\x00]*)'")
 
@@ -84,6 +85,23 @@ def literal_import_paths(value: Any) -> set[str]:
             stack.extend(node.values())
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
+    return found
+
+
+def literal_node_pins(value: Any) -> set[str]:
+    """The ``node:<address>`` resource names written literally in ``resources_per_trial`` as the DAG file gives it:
+    keys of a dict or of a list of bundles, or quoted names in a JSON string outside any Jinja block."""
+    found: set[str] = set()
+    if isinstance(value, str):
+        literal_text = _JINJA_BLOCK.sub("\x00", value)
+        for match in _QUOTED.finditer(literal_text):
+            token = match.group(1) if match.group(1) is not None else match.group(2)
+            if token.startswith(NODE_PIN_PREFIX):
+                found.add(token)
+        return found
+    for bundle in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(bundle, Mapping):
+            found.update(k for k in bundle if isinstance(k, str) and k.startswith(NODE_PIN_PREFIX))
     return found
 
 
@@ -137,27 +155,56 @@ def parse_patterns(value: Any) -> list[str]:
     raise TypeError(f"{ALLOW_LIST_OPTION} must be a list of patterns or a comma-separated string, got {value!r}")
 
 
-def unapproved_references(
+def licensed_by(path: str, patterns: Iterable[str]) -> bool:
+    """Whether an allow-list pattern licenses ``path``: it matches, and the path names a top-level function or class
+    (one attribute, never ``mod:obj.attr``, which may reach through an imported module) with no ``_``-prefixed name
+    (``__globals__``, private helpers). The engine checks on the cluster that the object is defined in that module."""
+    module_name, _, attr = path.partition(":")
+    if "." in attr or any(name.startswith("_") for name in [*module_name.split("."), attr]):
+        return False
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
+
+
+def review_references(
     spec: ExperimentSpec, literal: Mapping[str, set[str]], patterns: Iterable[str] = ()
-) -> list[tuple[str, str]]:
-    """The (field, import path) pairs of ``spec`` that neither the DAG file wrote nor the allow-list admits."""
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (field, import path) pairs of ``spec`` that neither the DAG file wrote nor the allow-list licenses, and
+    the import paths only the allow-list licensed (the engine resolves those strictly)."""
     from airflow_tune.spec import code_references
 
     patterns = list(patterns)
-    refused = []
+    refused: list[tuple[str, str]] = []
+    allow_listed: list[str] = []
     for field_path, path in code_references(spec):
         if path in literal.get(argument_of(field_path), set()):
             continue
-        if any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns):
+        if licensed_by(path, patterns):
+            if path not in allow_listed:
+                allow_listed.append(path)
             continue
         refused.append((field_path, path))
-    return refused
+    return refused, allow_listed
 
 
-def refusal(refused: list[tuple[str, str]]) -> CodeReferenceError:
-    return CodeReferenceError(
-        [f"{field_path} = {path!r}: not written in the DAG file and not allow-listed" for field_path, path in refused]
-    )
+def unapproved_references(
+    spec: ExperimentSpec, literal: Mapping[str, set[str]], patterns: Iterable[str] = ()
+) -> list[tuple[str, str]]:
+    """The (field, import path) pairs of ``spec`` that neither the DAG file wrote nor the allow-list licenses."""
+    return review_references(spec, literal, patterns)[0]
+
+
+def refusal(refused: list[tuple[str, str]], patterns: Iterable[str] = ()) -> CodeReferenceError:
+    patterns = list(patterns)
+
+    def why(path: str) -> str:
+        if any(fnmatch.fnmatchcase(path, p) for p in patterns):
+            return (
+                "matches an allow-list pattern, but a pattern licenses only a top-level function or class of the "
+                "module (one name after ':', none starting with '_')"
+            )
+        return "not written in the DAG file and not allow-listed"
+
+    return CodeReferenceError([f"{field_path} = {path!r}: {why(path)}" for field_path, path in refused])
 
 
 # -- trainables given as objects ------------------------------------------------------------------------------------
@@ -185,11 +232,14 @@ class TrainableCode:
     :param source: ``module:qualname`` as the DAG file has it, for messages and the UI.
     :param import_path: the path the engine imports: the object's own, or the shipped package's.
     :param payload: the cloudpickle bytes when shipped by value, else None.
+    :param digest: when shipped by value, a digest of its code (see :func:`code_digest`), part of the experiment's
+        identity: two DAG files' ``train`` functions, or an edited one, are different trainables.
     """
 
     source: str
     import_path: str
     payload: bytes | None = None
+    digest: str | None = None
 
     @property
     def by_value(self) -> bool:
@@ -218,7 +268,58 @@ def trainable_code(obj: Any) -> TrainableCode:
     payload = _pickle_by_value(obj, module_name, source)
     name = getattr(obj, "__name__", "")
     attr = name if name.isidentifier() and not name.startswith("_") else "trainable"
-    return TrainableCode(source=source, import_path=f"{SHIPPED_PACKAGE}:{attr}", payload=payload)
+    return TrainableCode(
+        source=source, import_path=f"{SHIPPED_PACKAGE}:{attr}", payload=payload, digest=code_digest(obj, payload)
+    )
+
+
+def code_digest(obj: Any, payload: bytes) -> str:
+    """A digest of a by-value trainable's code: its source and the source of every function and class of its own
+    module that it refers to by name, transitively (helpers in the DAG file). The same in every try (pickled bytes
+    are not: they may order sets by the process's hash seed); the pickled bytes only when a source is unavailable."""
+    import hashlib
+    import inspect
+
+    module_name = getattr(obj, "__module__", None)
+    namespace = vars(sys.modules[module_name]) if module_name in sys.modules else {}
+    texts: list[str] = []
+    seen: set[int] = set()
+    pending = [obj]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        try:
+            texts.append(inspect.getsource(item))
+        except (OSError, TypeError):
+            return "sha256:" + hashlib.sha256(payload).hexdigest()
+        for name in sorted(_global_names(item)):
+            ref = getattr(item, "__globals__", namespace).get(name)
+            if (inspect.isfunction(ref) or inspect.isclass(ref)) and getattr(ref, "__module__", None) == module_name:
+                pending.append(ref)
+    return "sha256:" + hashlib.sha256("\n\x00".join(texts).encode()).hexdigest()
+
+
+def _global_names(obj: Any) -> set[str]:
+    """The global names a function's (or a class's methods') code refers to, nested functions included."""
+    import inspect
+    import types
+
+    codes = []
+    if inspect.isfunction(obj):
+        codes.append(obj.__code__)
+    elif inspect.isclass(obj):
+        for value in vars(obj).values():
+            func = getattr(value, "__func__", value)
+            if inspect.isfunction(func):
+                codes.append(func.__code__)
+    names: set[str] = set()
+    while codes:
+        code_object = codes.pop()
+        names.update(code_object.co_names)
+        codes.extend(c for c in code_object.co_consts if isinstance(c, types.CodeType))
+    return names
 
 
 def _pickle_by_value(obj: Any, module_name: str, source: str) -> bytes:

@@ -29,6 +29,11 @@ METADATA_FINGERPRINT = "airflow_tune_fingerprint"
 #: Where the job's spec is: the operator writes it beside the experiment and hands the driver only its URI
 #: (``--spec``), so no size limit of an environment variable or of the Jobs API applies to it.
 METADATA_SPEC_URI = "airflow_tune_spec_uri"
+#: The digest of the job's spec file (``sha256:<hex>``): also in the entrypoint (``--spec-digest``), which nobody who
+#: can write to storage can change, so the driver runs only the spec the operator validated.
+METADATA_SPEC_DIGEST = "airflow_tune_spec_digest"
+#: Which task instance the job's experiment belongs to (see ``ExperimentSpec.owner``).
+METADATA_OWNER = {"dag_id": "airflow_dag_id", "task_id": "airflow_task_id", "map_index": "airflow_map_index"}
 
 
 def pending_too_long(info: Mapping[str, Any], limit_s: float | None, now: float) -> str | None:
@@ -83,11 +88,53 @@ def job_spec_uri(experiment_uri: str, job_id: str, token: str) -> str:
     return join_uri(experiment_uri, MANIFEST_DIR, "jobs", f"{job_id}-{token}.json")
 
 
-def engine_command(spec_uri: str) -> str:
-    """The job's entrypoint: the engine, reading its spec from ``spec_uri``."""
+def spec_file_bytes(spec_dict: Mapping[str, Any]) -> bytes:
+    """A job's spec file as written to storage: strict, sorted JSON (its digest is taken over exactly these bytes)."""
+    from airflow_tune import jsonsafe
+
+    return jsonsafe.dumps(spec_dict, indent=1, sort_keys=True).encode()
+
+
+def digest_of(data: bytes) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def engine_command(spec_uri: str, spec_digest: str) -> str:
+    """The job's entrypoint: the engine, reading its spec from ``spec_uri`` and running it only if its bytes have
+    ``spec_digest``."""
     import shlex
 
-    return f"{ENGINE_ENTRYPOINT} --spec {shlex.quote(spec_uri)}"
+    return f"{ENGINE_ENTRYPOINT} --spec {shlex.quote(spec_uri)} --spec-digest {shlex.quote(spec_digest)}"
+
+
+def owner_differs(recorded: Any, owner: Mapping[str, Any] | None, *, same_dag_only: bool = False) -> bool:
+    """Whether an experiment's recorded owner is not ``owner``: another DAG, task or map index, or another run when
+    the recorded owner names one (experiments with the default name). A record with no owner differs from every
+    owner: it was not written by this version of the operator. ``same_dag_only``: a reader of the owner's DAG (a
+    sensor, a promote task, the Experiment view) needs only the DAG to match."""
+    if owner is None:
+        return False
+    if not isinstance(recorded, Mapping):
+        return True
+    keys = ("dag_id",) if same_dag_only else ("dag_id", "task_id", "map_index")
+    if any(str(recorded.get(k)) != str(owner.get(k)) for k in keys):
+        return True
+    if same_dag_only or recorded.get("run_id") is None:
+        return False
+    return str(recorded.get("run_id")) != str(owner.get("run_id"))
+
+
+def describe_owner(recorded: Any) -> str:
+    """Who owns an experiment, for a refusal: its DAG, task and map index, never a value of its spec."""
+    if not isinstance(recorded, Mapping):
+        return "no recorded owner (not written by this version of airflow-tune)"
+    text = f"DAG {str(recorded.get('dag_id'))[:250]!r}, task {str(recorded.get('task_id'))[:250]!r}"
+    map_index = recorded.get("map_index")
+    if map_index not in (None, -1, "-1"):
+        text += f", map index {str(map_index)[:12]}"
+    return text
 
 
 # -- the job log -----------------------------------------------------------------------------------------------------
@@ -157,6 +204,30 @@ RESULT_KEYS = (
 def result_succeeded(manifest: Mapping[str, Any]) -> bool:
     """Whether a result manifest is a finished, successful experiment (a failed one is kept only for diagnosis)."""
     return manifest.get("status", "succeeded") == "succeeded"
+
+
+def result_mismatch(manifest: Any, spec: Any) -> str | None:
+    """Why a ``result.json`` read back from storage is not the result of ``spec``'s experiment, or None.
+
+    Storage is believed only when it is what we wrote: the result names this experiment, asks this spec's question
+    (its fingerprint), belongs to this spec's owner, and its best checkpoint lies inside the experiment.
+    """
+    if not isinstance(manifest, Mapping):
+        return "it is not a JSON object"
+    if manifest.get("experiment") != spec.name or manifest.get("experiment_uri") != spec.experiment_uri:
+        return "it names another experiment"
+    if manifest.get("fingerprint") != spec.fingerprint():
+        return "it answers another spec (its fingerprint differs or is missing)"
+    if owner_differs(manifest.get("owner"), spec.owner):
+        return f"it belongs to {describe_owner(manifest.get('owner'))}"
+    checkpoint = manifest.get("best_checkpoint_uri")
+    if checkpoint is not None and not (
+        isinstance(checkpoint, str)
+        and checkpoint.startswith(spec.experiment_uri.rstrip("/") + "/")
+        and "/../" not in f"{checkpoint}/"
+    ):
+        return "its best checkpoint lies outside the experiment"
+    return None
 
 
 def xcom_result(manifest: Mapping[str, Any], job_id: str | None, dashboard_url: str | None) -> dict[str, Any]:

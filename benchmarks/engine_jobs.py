@@ -14,16 +14,17 @@ def submit(state: Any, spec: dict[str, Any]) -> tuple[str, str]:
     :return: the job id and the experiment URI.
     """
     from airflow_tune import storage
-    from airflow_tune.contract import JOB_ID_ENV, engine_command, job_spec_uri
+    from airflow_tune.contract import JOB_ID_ENV, digest_of, engine_command, job_spec_uri, spec_file_bytes
     from airflow_tune.hooks.ray import RayHook
     from airflow_tune.operators.tune import engine_package_dir
 
     name = spec["name"]
     experiment_uri = f"{spec['storage_path']}/{name}"
     spec_uri = job_spec_uri(experiment_uri, name, "bench")
-    storage.write_json(spec_uri, spec)
+    spec_bytes = spec_file_bytes(spec)
+    storage.write_bytes(spec_uri, spec_bytes)
     job_id = RayHook().submit_job(
-        entrypoint=engine_command(spec_uri),
+        entrypoint=engine_command(spec_uri, digest_of(spec_bytes)),
         submission_id=name,
         runtime_env={"py_modules": [engine_package_dir(), str(TESTKIT)], "env_vars": {JOB_ID_ENV: name}},
     )

@@ -32,7 +32,11 @@ from airflow_tune.contract import (
     SPEC_FILE,
     TRIALS_FILE,
     VERDICT,
+    describe_owner,
+    digest_of,
     manifest_uri,
+    owner_differs,
+    result_mismatch,
     result_succeeded,
 )
 from airflow_tune.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences
@@ -47,14 +51,27 @@ def verdict(text: str) -> None:
     say(VERDICT + " ".join(part.strip() for part in text.splitlines() if part.strip()))
 
 
-def load_spec(source: str | None) -> ExperimentSpec:
+def load_spec(source: str | None, digest: str | None = None) -> ExperimentSpec:
+    """The spec from ``source`` (a file or a storage URI), believed only when its bytes have ``digest``: the digest
+    comes in the entrypoint, which whoever can write to storage cannot change. Without ``source``, the spec's JSON
+    from the environment (which, like the entrypoint, only the job's submitter sets)."""
     if source:
+        if not digest:
+            raise SpecError([f"--spec {source} without --spec-digest: a spec read from storage needs its digest"])
         try:
-            text = storage.read_bytes(source).decode()
+            data = storage.read_bytes(source)
         except OSError as exc:
             raise SpecError(
                 [f"cannot read the spec at {source}: {exc}; check the cluster's access to storage"]
             ) from None
+        if digest_of(data) != digest:
+            raise SpecError(
+                [
+                    f"the spec at {source} is not the one submitted (its digest is {digest_of(data)}, the job was "
+                    f"submitted with {digest}): something changed it in storage after submission; refusing to run it"
+                ]
+            )
+        text = data.decode()
     else:
         text = os.environ.get(SPEC_ENV, "")
         if not text:
@@ -64,11 +81,19 @@ def load_spec(source: str | None) -> ExperimentSpec:
 
 def check_spec_unchanged(spec: ExperimentSpec) -> bool:
     """Refuse a spec that asks another question than the one recorded for the same experiment (Tune cannot change
-    the search space on restore, and a finished experiment's result answers its own question). Return whether a spec
-    was recorded."""
+    the search space on restore, and a finished experiment's result answers its own question), or whose experiment
+    belongs to another task. Return whether a spec was recorded."""
     previous = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
     if previous is None:
         return False
+    theirs = previous.get("owner") if isinstance(previous, dict) else None
+    if owner_differs(theirs, spec.owner):
+        raise SpecError(
+            [
+                f"experiment {spec.name!r} in {spec.experiment_uri} belongs to {describe_owner(theirs)}, not to this "
+                "task: give this task its own experiment_name (or leave it unset)"
+            ]
+        )
     if fingerprint_of(previous) != spec.fingerprint():
         differences = "; ".join(identity_differences(previous, spec.to_dict()))
         raise SpecError(
@@ -116,6 +141,9 @@ def run(spec: ExperimentSpec) -> int:
     check_spec_unchanged(spec)
     existing = storage.read_json_or_none(result_uri)
     if existing is not None and result_succeeded(existing):
+        mismatch = result_mismatch(existing, spec)
+        if mismatch:
+            raise SpecError([f"the result at {result_uri} is not this experiment's: {mismatch}; refusing it"])
         say(f"experiment {spec.name} already finished; result at {result_uri}")
         say("result " + jsonsafe.dumps({k: v for k, v in existing.items() if k != "trials"}))
         return EXIT_OK
@@ -139,7 +167,6 @@ def run(spec: ExperimentSpec) -> int:
         )
         return EXIT_INTERRUPTED
     manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
-    manifest["fingerprint"] = spec.fingerprint()
     failure = failure_reason(spec, manifest)
     # A failed manifest is kept for diagnosis but is not a result: a rerun restores and retries the trials.
     manifest["status"] = "failed" if failure else "succeeded"
@@ -178,9 +205,10 @@ def _trials_of(tuner: Any) -> list[Any] | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_tune.engine", description=__doc__)
     parser.add_argument("--spec", help="spec file or URI (default: the AIRFLOW_TUNE_SPEC environment variable)")
+    parser.add_argument("--spec-digest", help="sha256:<hex> of the spec file's bytes; required with --spec")
     args = parser.parse_args(argv)
     try:
-        spec = load_spec(args.spec)
+        spec = load_spec(args.spec, args.spec_digest)
     except SpecError as exc:
         say(str(exc))
         verdict(str(exc))

@@ -15,29 +15,8 @@ from ray import tune
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from airflow_tune import storage
+from airflow_tune.engine.imports import EngineError, import_path, resolve_allow_listed
 from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
-
-
-class EngineError(RuntimeError):
-    """The spec cannot be turned into a Tune run on this cluster (missing package, bad trainable, ...)."""
-
-
-def import_path(path: str, what: str) -> Any:
-    module_name, _, attr = path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EngineError(
-            f"{what} {path!r}: cannot import module {module_name!r} on the cluster ({exc}); ship it with the job "
-            "(working_dir / py_modules / pip) or install it on the cluster"
-        ) from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise EngineError(f"{what} {path!r}: module {module_name!r} has no attribute {attr!r}") from None
-    return obj
-
 
 # --- search space -------------------------------------------------------------------------------------------------
 #: Where the optional log base sits in the arguments of the log primitives.
@@ -339,12 +318,13 @@ def experiment_state_exists(spec: ExperimentSpec) -> bool:
 
 
 def refuse_tune_code(data: Mapping[str, Any]) -> None:
-    """Defence in depth: the spec's own checks refuse ``{"eval": ...}`` already; the engine refuses it again here,
-    before anything reaches Tune, whatever produced the spec."""
+    """Defence in depth: the spec's own checks refuse the keys Tune's decoders act on (``eval``, ``_type``) already;
+    the engine refuses them again here, before anything reaches Tune, whatever produced the spec."""
     found = [where for key, value in data.items() for where, _ in tune_code_nodes(value, key)]
     if found:
         raise EngineError(
-            f'refusing to run the spec: {", ".join(found)} hold {{"eval": ...}}, which Ray Tune runs as Python code'
+            f"refusing to run the spec: {', '.join(found)} hold a key Ray Tune decodes as code "
+            '({"eval": ...} runs Python, {"_type": "CLOUDPICKLE_FALLBACK"} unpickles)'
         )
 
 
@@ -368,6 +348,8 @@ def keep_credentials_out_of_trials() -> None:
 def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner, bool]:
     """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored."""
     refuse_tune_code(spec.to_dict())
+    for path in spec.allow_listed:
+        resolve_allow_listed(path, "allow-listed code reference")
     keep_credentials_out_of_trials()
     trainable = build_trainable(spec)
     if experiment_state_exists(spec):

@@ -127,7 +127,7 @@ class HistoryCallback(tune.Callback):
     ) -> None:
         if max_points < 2:
             raise ValueError("max_points must be at least 2")
-        self.metric, self.mode = spec.metric, spec.mode
+        self.metric, self.mode, self.owner = spec.metric, spec.mode, spec.owner
         self.uri = manifest_uri(spec.experiment_uri, HISTORY_FILE)
         self.interval = spec.progress_interval_s
         self.max_trials, self.max_points, self.max_live = max_trials, max_points, max_live
@@ -239,6 +239,7 @@ class HistoryCallback(tune.Callback):
         running = [c for c in ranked if c.trial_id not in chosen and self._status(c) == "RUNNING"]
         shown += running[: self.max_trials]
         return {
+            "owner": self.owner,
             "metric": self.metric,
             "mode": self.mode,
             "updated_at": time.time(),

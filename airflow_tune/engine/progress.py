@@ -268,6 +268,7 @@ def progress_snapshot(spec: ExperimentSpec, trials: list) -> dict[str, Any]:
     best = top[0] if top else None
     return {
         "experiment": spec.name,
+        "owner": spec.owner,
         "metric": spec.metric,
         "mode": spec.mode,
         "updated_at": time.time(),
@@ -325,6 +326,8 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
     return {
         "experiment": spec.name,
         "experiment_uri": spec.experiment_uri,
+        "owner": spec.owner,
+        "fingerprint": spec.fingerprint(),
         "job_id": job_id,
         "metric": spec.metric,
         "mode": spec.mode,

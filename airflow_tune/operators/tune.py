@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -14,24 +15,31 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
-from airflow_tune import code
+from airflow_tune import code, roots
 from airflow_tune.contract import (
     JOB_ID_ENV,
     LIVE_STATUSES,
     METADATA_EXPERIMENT,
     METADATA_EXPERIMENT_URI,
     METADATA_FINGERPRINT,
+    METADATA_OWNER,
+    METADATA_SPEC_DIGEST,
     METADATA_SPEC_URI,
     RESULT_FILE,
     RESULT_KEYS,
     SPEC_FILE,
     TERMINAL_STATUSES,
+    describe_owner,
+    digest_of,
     engine_command,
     failure_text,
     job_spec_uri,
     manifest_uri,
+    owner_differs,
     pending_too_long,
+    result_mismatch,
     result_succeeded,
+    spec_file_bytes,
     xcom_result,
 )
 from airflow_tune.exceptions import (
@@ -44,7 +52,7 @@ from airflow_tune.following import ProgressFollower
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.rendered import coerce_rendered
-from airflow_tune.spec import ExperimentSpec, experiment_name_for, fingerprint_of, identity_differences
+from airflow_tune.spec import ExperimentSpec, experiment_name_for, fingerprint_of, identity_differences, node_pins
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -216,7 +224,11 @@ class RayTuneOperator(BaseOperator):
             "scheduler": code.literal_import_paths(scheduler),
             "search": code.literal_import_paths(search),
         }
+        # Node pins ({"node:<ip>": 0.01}) place trials on chosen machines: only the DAG file may write them.
+        self.literal_node_pins = code.literal_node_pins(resources_per_trial)
         self.storage_path = storage_path
+        # The storage root the DAG file wrote (before rendering): a rendered storage_path must stay under it.
+        self.literal_storage_root = roots.literal_root(storage_path)
         self.metric = metric
         self.mode = mode
         self.param_space = param_space if param_space is not None else {}
@@ -252,6 +264,7 @@ class RayTuneOperator(BaseOperator):
         self.stop_wait_s = stop_wait_s
         self.ship_engine = ship_engine
         self.job_id: str | None = None
+        self.spec: ExperimentSpec | None = None
 
     @cached_property
     def hook(self) -> RayHook:
@@ -273,34 +286,63 @@ class RayTuneOperator(BaseOperator):
                 value = coerce_rendered(name, value)
             if value is not None:
                 data[_SPEC_NAMES.get(name, name)] = value
-        data["name"] = coerce_rendered("experiment_name", self.experiment_name) or self.default_experiment_name(context)
+        named = coerce_rendered("experiment_name", self.experiment_name)
+        data["name"] = named or self.default_experiment_name(context)
+        data["owner"] = self.owner_of(context, default_name=not named)
+        if self.trainable_object is not None and self.trainable_code.by_value:
+            data["trainable_digest"] = self.trainable_code.digest
         seed = self.warm_start_point(data.get("param_space") or {})
         if seed:
             data["points_to_evaluate"] = [seed, *(data.get("points_to_evaluate") or [])]
         spec = ExperimentSpec.from_dict(data)
-        self.check_code_references(spec)
+        roots.check_task_storage(self, spec.storage_path)
+        allow_listed = self.check_code_references(spec)
+        if allow_listed:
+            spec = dataclasses.replace(spec, allow_listed=allow_listed)
         return spec
+
+    def owner_of(self, context: Context, *, default_name: bool) -> dict[str, Any]:
+        """The task instance this experiment belongs to; the run too when the name is the run's default one."""
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return {
+            "dag_id": str(ti.dag_id),
+            "task_id": str(ti.task_id),
+            "map_index": int(map_index if map_index is not None else -1),
+            "run_id": str(context["run_id"]) if default_name else None,
+        }
 
     @cached_property
     def trainable_code(self) -> code.TrainableCode:
         """How the trainable object travels: by import path, or pickled by value (cached: pickled once)."""
         return code.trainable_code(self.trainable_object)
 
-    def check_code_references(self, spec: ExperimentSpec) -> None:
-        """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists."""
+    def check_code_references(self, spec: ExperimentSpec) -> list[str]:
+        """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists, and a
+        node pin the DAG file did not write. Return the paths only the allow-list admitted."""
+        pins = [(f, key) for f, key in node_pins(spec.resources) if key not in self.literal_node_pins]
+        if pins:
+            raise code.CodeReferenceError(
+                [
+                    f"{field} = {key!r}: a node pin places trials on a chosen machine; write it in the DAG file"
+                    for field, key in pins
+                ]
+            )
         literal = {k: set(v) for k, v in self.literal_code_references.items()}
         if self.trainable_object is not None:
             literal["trainable"].add(self.trainable_code.import_path)
         mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
         for argument in code.arguments_mapped_from_data(mapped_task, literal):
             literal[argument] = set()
-        refused = code.unapproved_references(spec, literal)
+        refused, allow_listed = code.review_references(spec, literal)
+        if not refused:
+            return []
+        # Only now read the allow-list: a spec of literal paths needs no connection lookup.
+        patterns = code.allowed_patterns(self.hook.allowed_code_references)
+        refused, allow_listed = code.review_references(spec, literal, patterns)
         if refused:
-            # Only now read the allow-list: a spec of literal paths needs no connection lookup.
-            patterns = code.allowed_patterns(self.hook.allowed_code_references)
-            refused = code.unapproved_references(spec, literal, patterns)
-        if refused:
-            raise code.refusal(refused)
+            raise code.refusal(refused, patterns)
+        return allow_listed
 
     def warm_start_point(self, param_space: dict[str, Any]) -> dict[str, Any] | None:
         """The warm-start config restricted to the sampled keys of the search space, or None."""
@@ -365,7 +407,7 @@ class RayTuneOperator(BaseOperator):
 
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
-        spec = self.build_spec(context)
+        spec = self.spec = self.build_spec(context)
         job_id, finished = self.resume_or_submit(context, spec)
         self.job_id = job_id
         if job_id:
@@ -410,6 +452,8 @@ class RayTuneOperator(BaseOperator):
             raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
         if status == "pending_timeout":
             raise RayJobError(str(event.get("message")))
+        # The spec again, as execute() built it: the result read back is believed only when it is this spec's.
+        self.spec = self.build_spec(context)
         return self.complete(str(self.job_id), str(status), experiment_uri, event.get("message"))
 
     def on_kill(self) -> None:
@@ -435,6 +479,9 @@ class RayTuneOperator(BaseOperator):
         for _ in range(2):
             jobs = self.hook.find_jobs({METADATA_EXPERIMENT: spec.name})
             live = [j for j in jobs if j.get("status") in LIVE_STATUSES]
+            for job in jobs:  # every job of this name, live or not, must be this task's
+                metadata = job.get("metadata") or {}
+                self._refuse_other_owner(spec, {k: metadata.get(v) for k, v in METADATA_OWNER.items()}, job)
             if live:
                 job = live[0]
                 metadata = job.get("metadata") or {}
@@ -448,10 +495,13 @@ class RayTuneOperator(BaseOperator):
                 return job_id, None
             recorded = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
             if recorded is not None:
+                self._refuse_other_owner(spec, recorded.get("owner") if isinstance(recorded, dict) else None, None)
                 self._refuse_other_question(spec, fingerprint_of(recorded), None, recorded)
             result = storage.read_json_or_none(manifest_uri(spec.experiment_uri, RESULT_FILE))
             if result is not None and result_succeeded(result):
-                self._refuse_other_question(spec, result.get("fingerprint"), None, recorded)
+                self._refuse_other_owner(spec, result.get("owner") if isinstance(result, dict) else None, None)
+                self._refuse_other_question(spec, result.get("fingerprint") or "<none>", None, recorded)
+                self._believe_result(spec, result)
                 job_id = result.get("job_id") or (jobs[0]["submission_id"] if jobs else None)
                 return job_id, result
             if jobs:
@@ -474,6 +524,28 @@ class RayTuneOperator(BaseOperator):
             self._remember_job(context, job_id)
             return job_id, None
         raise RayJobError(f"experiment {spec.name}: jobs kept appearing while submitting; retry the task")
+
+    def _refuse_other_owner(self, spec: ExperimentSpec, theirs: Any, job: dict[str, Any] | None) -> None:
+        """Raise when the experiment found under this name belongs to another task: name it, show none of its values."""
+        if not owner_differs(theirs, spec.owner):
+            return
+        where = f"live or earlier Ray job {job['submission_id']}" if job else spec.experiment_uri
+        raise ExperimentConflictError(
+            f"experiment {spec.name!r} ({where}) belongs to {describe_owner(theirs)}, not to this task "
+            f"(DAG {spec.owner and spec.owner['dag_id']!r}, task {spec.owner and spec.owner['task_id']!r}); an "
+            "experiment is read and resumed only by the task that started it: give this task its own "
+            "experiment_name (or leave it unset: the default is unique per task instance)"
+        )
+
+    def _believe_result(self, spec: ExperimentSpec, result: Any) -> None:
+        """Raise unless ``result`` (a ``result.json`` read back from storage) is this experiment's own."""
+        mismatch = result_mismatch(result, spec)
+        if mismatch:
+            raise ExperimentStorageError(
+                f"the result of experiment {spec.name!r} in storage is not believed: {mismatch}. Storage under the "
+                "experiment was written by someone else; remove the experiment's folder or give this task another "
+                "experiment_name"
+            )
 
     def _refuse_other_question(
         self,
@@ -506,10 +578,13 @@ class RayTuneOperator(BaseOperator):
         ti = context["ti"]
         # Before anything is written or submitted: the engine runs on the cluster with the cluster's Ray.
         self.hook.check_ray_version()
-        # The spec travels through storage, not in the job's environment: no size limit applies to it.
+        # The spec travels through storage, not in the job's environment: no size limit applies to it. Its digest
+        # travels in the entrypoint, where no storage writer can change it: the driver runs only these bytes.
         spec_uri = job_spec_uri(spec.experiment_uri, job_id, uuid.uuid4().hex[:8])
+        spec_bytes = spec_file_bytes(spec.to_dict())
+        spec_digest = digest_of(spec_bytes)
         try:
-            storage.write_json(spec_uri, spec.to_dict())
+            storage.write_bytes(spec_uri, spec_bytes)
         except OSError as exc:
             raise ExperimentStorageError(
                 f"cannot write the experiment's spec to {spec_uri} ({exc}); check that the bucket of storage_path "
@@ -520,10 +595,9 @@ class RayTuneOperator(BaseOperator):
             METADATA_EXPERIMENT_URI: spec.experiment_uri,
             METADATA_FINGERPRINT: spec.fingerprint(),
             METADATA_SPEC_URI: spec_uri,
-            "airflow_dag_id": str(ti.dag_id),
-            "airflow_task_id": str(ti.task_id),
+            METADATA_SPEC_DIGEST: spec_digest,
+            **{METADATA_OWNER[k]: str((spec.owner or {}).get(k)) for k in METADATA_OWNER},
             "airflow_run_id": str(context["run_id"]),
-            "airflow_map_index": str(getattr(ti, "map_index", -1)),
             "airflow_try_number": str(getattr(ti, "try_number", "")),
         }
         with contextlib.ExitStack() as stack:
@@ -532,7 +606,7 @@ class RayTuneOperator(BaseOperator):
                 shipped.append(stack.enter_context(code.shipped_package(self.trainable_code)))
                 self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
             self.hook.submit_job(
-                entrypoint=engine_command(spec_uri),
+                entrypoint=engine_command(spec_uri, spec_digest),
                 submission_id=job_id,
                 runtime_env=self.build_runtime_env(spec, job_id, shipped),
                 metadata=metadata,
@@ -615,6 +689,8 @@ class RayTuneOperator(BaseOperator):
             result = storage.read_json_or_none(result_uri)
             if result is None:
                 raise RayJobError(f"Ray job {job_id} succeeded but wrote no result at {result_uri}")
+            if self.spec is not None:
+                self._believe_result(self.spec, result)
             return self._xcom_result(result, job_id)
         raise RayJobError(self._failure_text(job_id, status, message))
 

@@ -24,17 +24,15 @@ from airflow_tune.spec.parts import (
     SchedulerSpec,
     SearchSpec,
     build_part,
-    normalize_part,
 )
 from airflow_tune.spec.space import (
     IMPORT_PATH,
     check_param_space,
     grids,
-    non_finite_numbers,
     primitive_of,
     space_code_references,
-    tune_code_nodes,
 )
+from airflow_tune.spec.trust import check_data_only, check_provenance
 
 SPEC_VERSION = 1
 ERRORED_TRIAL_POLICIES = ("resume", "restart", "keep")
@@ -58,6 +56,12 @@ class ExperimentSpec:
         from scratch, or keep them as errored.
     :param infeasible_wait_s: how long a trial may ask for resources no node has before the experiment fails (0 on
         a fixed cluster; give an autoscaling cluster time to add nodes).
+    :param owner: the task instance the experiment belongs to, ``{"dag_id", "task_id", "map_index", "run_id"}``
+        (``run_id`` only for a default-named experiment, else null); set by the operator, recorded in every manifest.
+    :param trainable_digest: for a trainable shipped by value, a digest of its code (part of the identity: another
+        function of the same name is another trainable).
+    :param allow_listed: the import paths only the deployment's allow-list admitted; the engine resolves them
+        strictly (a function or class defined in the named module, never reached through another module).
     """
 
     trainable: str
@@ -82,6 +86,9 @@ class ExperimentSpec:
     best_scope: str = "last"
     progress_interval_s: float = 10.0
     infeasible_wait_s: float = 0.0
+    owner: dict[str, Any] | None = None
+    trainable_digest: str | None = None
+    allow_listed: list[str] = field(default_factory=list)
     version: int = SPEC_VERSION
 
     # -- JSON in/out ----------------------------------------------------------------------------------------------
@@ -117,7 +124,7 @@ class ExperimentSpec:
             if data.get(required) in (None, ""):
                 errors.add(required, data.get(required), "is required", _REQUIRED_FIX[required])
         _validate_fields(kwargs, errors)
-        _check_data_only(data, errors)
+        check_data_only(data, errors)
         errors.raise_if_any()
         return cls(**kwargs)
 
@@ -158,6 +165,7 @@ class ExperimentSpec:
 
 IDENTITY_FIELDS = (
     "trainable",
+    "trainable_digest",
     "param_space",
     "trainable_kwargs",
     "metric",
@@ -171,7 +179,10 @@ IDENTITY_FIELDS = (
 
 def identity_of(spec_dict: Mapping[str, Any]) -> dict[str, Any]:
     """:meth:`ExperimentSpec.identity` of a spec as a dict (e.g. a ``spec.json`` written by an earlier run)."""
-    return {name: spec_dict.get(name) for name in IDENTITY_FIELDS}
+    identity = {name: spec_dict.get(name) for name in IDENTITY_FIELDS}
+    if identity["trainable_digest"] is None:  # an import-path trainable: its path is its identity, as before
+        del identity["trainable_digest"]
+    return identity
 
 
 def fingerprint_of(spec_dict: Mapping[str, Any]) -> str:
@@ -195,7 +206,7 @@ def identity_differences(before: Mapping[str, Any], after: Mapping[str, Any], li
 
     a, b = identity_of(before), identity_of(after)
     for name in IDENTITY_FIELDS:
-        walk(name, a[name], b[name])
+        walk(name, a.get(name), b.get(name))
     return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])
 
 
@@ -291,37 +302,10 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
     scope = kw.get("best_scope", "last")
     if scope not in BEST_SCOPES:
         errors.add("best_scope", scope, "unknown scope", f"use one of {', '.join(BEST_SCOPES)}")
+    check_provenance(kw, errors)
     version = kw.get("version", SPEC_VERSION)
     if not is_int(version) or version != SPEC_VERSION:
         errors.add("version", version, "unsupported spec version", f"this engine reads version {SPEC_VERSION}")
-
-
-def _check_data_only(data: Mapping[str, Any], errors: Errors) -> None:
-    """A spec is strict JSON data: no node Tune runs as code and no NaN or infinity, in any field at any depth.
-
-    Looks at the fields as given (a part that failed its own checks is looked at too), after the other checks, so a
-    number a field's own check named already is not named twice.
-    """
-    for key, value in data.items():
-        plain = normalize_part(key, value) if key in PARTS else value
-        for where, node in tune_code_nodes(plain, key):
-            errors.add(
-                where,
-                node,
-                'Ray Tune runs {"eval": ...} as Python code, so a spec never carries it',
-                "give a plain value, or a sample_from import path written in the DAG file",
-            )
-        for where, number in non_finite_numbers(plain, key):
-            named = {item.split(" = ", 1)[0] for item in errors.items}
-            # A field's own check may have named this number already (e.g. the bounds of a uniform).
-            if any(where[: m.start()] in named for m in re.finditer(r"[.\[]|$", where)):
-                continue
-            errors.add(
-                where,
-                number,
-                "not a finite number (strict JSON has no NaN or infinity)",
-                "give a finite number, or null or a string that the trainable converts",
-            )
 
 
 def _check_int(kw: dict[str, Any], key: str, errors: Errors, *, minimum: int, fix: str, optional: bool = False) -> None:

@@ -156,27 +156,43 @@ def grids(node: Any, path: str) -> list[tuple[str, Any]]:
     return []
 
 
-#: Ray Tune 2.60 runs a dict whose only key is ``"eval"`` as Python, at any depth of a config, a sampled ``choice``
-#: value or a point to evaluate (``ray/tune/search/variant_generator.py``, ``_try_resolve``: ``eval(v["eval"], ...)``).
-#: It is the only JSON form Tune turns into a call (``grid_search`` expands to values; ``Domain`` and callables cannot
-#: be written in JSON). No spec may carry it anywhere: a spec is data.
-TUNE_CODE_KEYS = frozenset({"eval"})
+#: The dict keys Ray Tune's decoders act on, so no data may carry them, as a key of any mapping at any depth:
+#:
+#: - ``"eval"``: Tune runs ``{"eval": "<python>"}`` as Python wherever it meets it in a config, a sampled ``choice``
+#:   value or a point to evaluate (``ray/tune/search/variant_generator.py``, ``_try_resolve``).
+#: - ``"_type"``: Tune's JSON state decoder (``ray/tune/utils/serialization.py``, ``TuneFunctionDecoder.object_hook``)
+#:   ``cloudpickle.loads`` any ``{"_type": "CLOUDPICKLE_FALLBACK", "value": "<hex>"}`` when it reads an experiment back
+#:   (``Tuner.restore``, ``ExperimentAnalysis``, a trial's metadata), and trial configs are written into that state
+#:   verbatim: a config holding such a dict is a pickle.
+#:
+#: ``tests/unit/test_tune_decoders.py`` walks Ray Tune's source for every decoder call site and every key they test,
+#: so a new marker in a later Ray fails a test instead of passing silently. Everything else a spec holds is plain JSON
+#: that no Tune decoder turns into code (``grid_search`` expands to values; ``Domain`` objects and callables cannot be
+#: written in JSON).
+TUNE_DECODER_KEYS = frozenset({"eval", "_type"})
+#: The older name, kept for imports.
+TUNE_CODE_KEYS = TUNE_DECODER_KEYS
 
 
 def tune_code_nodes(value: Any, path: str) -> list[tuple[str, Any]]:
-    """Every node below ``value`` that Ray Tune would run as code (``{"eval": ...}``), with its path."""
+    """Every mapping below ``value`` with a key a Tune decoder acts on (:data:`TUNE_DECODER_KEYS`), with its path."""
     found: list[tuple[str, Any]] = []
     stack: list[tuple[str, Any]] = [(path, value)]
     while stack:
         where, node = stack.pop()
         if isinstance(node, Mapping):
-            if len(node) == 1 and next(iter(node.keys())) in TUNE_CODE_KEYS:
+            if any(isinstance(key, str) and key in TUNE_DECODER_KEYS for key in node):
                 found.append((where, node))
                 continue
             stack.extend((f"{where}.{k}", v) for k, v in node.items())
         elif isinstance(node, (list, tuple)):
             stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
     return sorted(found, key=lambda item: item[0])
+
+
+def decoder_keys_of(node: Mapping[str, Any]) -> list[str]:
+    """The keys of ``node`` that a Ray Tune decoder acts on."""
+    return sorted(key for key in node if isinstance(key, str) and key in TUNE_DECODER_KEYS)
 
 
 def non_finite_numbers(value: Any, path: str) -> list[tuple[str, float]]:

@@ -1,5 +1,6 @@
-"""One name, one experiment: a run that reuses an explicit experiment name with another spec is refused on every path
-(a live job, a finished result), naming the experiment and what differs; the same spec keeps working; two tries that
+"""One name, one experiment, one owner: another DAG that reaches an experiment through a templated name is refused on
+every path (a live job, a finished result), naming the experiment and its owner only; the owner's own task reusing
+the name with another spec is refused naming what differs, and with the same spec gets its result; two tries that
 submit at the same moment make one Ray job."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def _space(xs: list[int], marker_dir: str, sleep: float = 0.0) -> dict[str, Any]
 
 
 @pytest.mark.timeout(300)
-def test_a_name_reused_with_another_space_is_refused_while_running_and_after_and_the_same_spec_still_works(tmp_path):
+def test_a_name_reused_by_another_dag_is_refused_naming_the_owner_only_and_by_its_own_task_as_its_spec_says(tmp_path):
     name = f"shared-name-{uuid.uuid4().hex[:8]}"
     space_a = _space([1, 2], str(tmp_path), sleep=1.5)
     space_b = _space([3, 4], str(tmp_path), sleep=1.5)
@@ -39,28 +40,30 @@ def test_a_name_reused_with_another_space_is_refused_while_running_and_after_and
         assert submitted.state == "success", submitted.errors("tune")
         job_a = submitted.xcom("tune")["job_id"]
 
-        # B starts while A runs: refused, naming the experiment, A's live job and the space; A goes on alone.
-        while_running = run_dag(load_dag("aft_named_blocking", FILE), {"name": name, "space": space_b}, _date())
-        assert while_running.state == "failed"
-        [error] = while_running.errors("tune")
-        assert isinstance(error, ExperimentConflictError), error
-        first = str(error).splitlines()[0]
-        assert f"experiment {name!r} already exists (live Ray job {job_a})" in first, first
-        assert "param_space" in first and '"grid_search": [3, 4]' in first, first
-        assert [j["submission_id"] for j in jobs_of(name)] == [job_a]
-        assert jobs_of(name)[0]["status"] in ("PENDING", "RUNNING")
+        # Another DAG reaches A's experiment through its templated name, while A runs and after: refused, naming the
+        # experiment and its owner, and showing none of A's values; A goes on alone.
+        for moment in ("while A runs", "after A finished"):
+            other = run_dag(load_dag("aft_named_blocking", FILE), {"name": name, "space": space_b}, _date())
+            assert other.state == "failed", moment
+            [error] = other.errors("tune")
+            assert isinstance(error, ExperimentConflictError), (moment, error)
+            first = str(error).splitlines()[0]
+            assert f"experiment {name!r}" in first and "belongs to DAG 'aft_named_submit', task 'tune'" in first, first
+            assert "grid_search" not in str(error) and "param_space" not in str(error), str(error)
+            assert [j["submission_id"] for j in jobs_of(name)] == [job_a], moment
+            if moment == "while A runs":
+                assert jobs_of(name)[0]["status"] in ("PENDING", "RUNNING")
+                wait_for(lambda: jobs_of(name)[0]["status"] == "SUCCEEDED", 180, "A's job to succeed")
 
-        wait_for(lambda: jobs_of(name)[0]["status"] == "SUCCEEDED", 180, "A's job to succeed")
-
-        # B starts after A finished: refused too, not handed A's result.
-        after = run_dag(load_dag("aft_named_blocking", FILE), {"name": name, "space": space_b}, _date())
-        assert after.state == "failed"
-        [error] = after.errors("tune")
+        # A's own task asking another question under its name is refused, naming what differs (its own values).
+        changed = run_dag(load_dag("aft_named_submit", FILE), {"name": name, "space": space_b}, _date())
+        assert changed.state == "failed"
+        [error] = changed.errors("tune")
         assert isinstance(error, ExperimentConflictError), error
         assert f"experiment {name!r} already exists (s3://" in str(error) and "param_space" in str(error)
 
-        # The same spec under the same name is the same experiment: its result comes back, no new job.
-        same = run_dag(load_dag("aft_named_blocking", FILE), {"name": name, "space": space_a}, _date())
+        # The same spec under the same name from its own task is the same experiment: its result, no new job.
+        same = run_dag(load_dag("aft_named_submit", FILE), {"name": name, "space": space_a}, _date())
         assert same.state == "success", same.errors("tune")
         result = same.xcom("tune")
         assert result["job_id"] == job_a and result["best_config"]["x"] == 2

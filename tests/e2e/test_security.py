@@ -3,6 +3,8 @@ Ray job exists, with a message naming the field, and the payload (which would cr
 
 from __future__ import annotations
 
+import json
+import pickle
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,10 +21,35 @@ def _payload(marker: Path) -> str:
     return f"__import__('pathlib').Path({str(marker)!r}).touch()"
 
 
+class _TouchOnUnpickle:
+    """Unpickling it creates a file: what a conf could make Tune's state decoder do with the cluster's credentials."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[Path]]:
+        return (Path.touch, (self.marker,))
+
+
+def _pickled(marker: Path) -> dict[str, str]:
+    """Tune's JSON form of a pickle: its state decoder ``cloudpickle.loads`` it when it reads the experiment back."""
+    return {"_type": "CLOUDPICKLE_FALLBACK", "value": pickle.dumps(_TouchOnUnpickle(marker)).hex()}
+
+
 def _confs(marker: Path) -> list[tuple[str, dict, str]]:
     code = {"eval": _payload(marker)}
     command = f"touch {marker}"
+    pickled = _pickled(marker)
     return [
+        ("pickle-in-choice", {"space": {"x": {"choice": [1, pickled]}, "steps": 1}}, "param_space.x.choice[1]"),
+        ("pickle-as-a-value", {"space": {"x": {"grid_search": [1]}, "steps": pickled}}, "param_space.steps"),
+        ("pickle-nested", {"space": {"x": {"grid_search": [1]}, "opts": {"a": [pickled]}}}, "param_space.opts.a[0]"),
+        ("pickle-in-kwargs", {"kwargs": {"opts": pickled}}, "trainable_kwargs.opts"),
+        (
+            "pickle-in-pbt-mutations",
+            {"scheduler": {"name": "pbt", "args": {"hyperparam_mutations": {"x": [1, pickled]}}}},
+            "scheduler.args.hyperparam_mutations.x[1]",
+        ),
         ("eval-in-choice", {"space": {"x": {"choice": [1, code]}, "steps": 1}}, "param_space.x.choice[1]"),
         ("eval-as-the-space", {"space": code}, "param_space = "),
         ("eval-in-const", {"space": {"x": {"const": {"deep": [code]}}}}, "param_space.x.const.deep[0]"),
@@ -56,10 +83,15 @@ def _date() -> datetime:
 
 
 def test_the_payload_is_real(tmp_path):
-    """The marker payload does create the file when something runs it, so its absence below means something."""
+    """The marker payloads do create the file when something runs them, so their absence below means something."""
     marker = tmp_path / "control"
     eval(_payload(marker))  # noqa: S307 - the control for the refusals below
     assert marker.exists()
+    unpickled = tmp_path / "control-pickle"
+    from ray.tune.utils.serialization import _loads_with_cloudpickle
+
+    _loads_with_cloudpickle(json.dumps({"config": {"x": _pickled(unpickled)}}))  # as Tune reads a trial's state
+    assert unpickled.exists()
 
 
 @pytest.mark.timeout(300)

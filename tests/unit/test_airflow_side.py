@@ -272,6 +272,10 @@ def _run_execute(op: RayTuneOperator, context: dict) -> tuple[Any, RecordingHook
     with (
         mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),
         mock.patch("airflow_tune.storage.write_json", side_effect=hook.written.__setitem__),  # type: ignore[attr-defined]
+        mock.patch(
+            "airflow_tune.storage.write_bytes",
+            side_effect=lambda uri, data: hook.written.__setitem__(uri, json.loads(data)),  # type: ignore[attr-defined]
+        ),
     ):
         return op.execute(context), hook  # type: ignore[arg-type]
 
@@ -308,7 +312,8 @@ def test_no_token_in_rendered_fields_xcom_job_metadata_or_runtime_env(token_conn
     assert TOKEN not in text
     assert set(result) == {"job_id", "experiment", "experiment_uri", "dashboard_url"}
     # The spec travels through storage; the job's entrypoint names where.
-    assert submitted["entrypoint"] == f"python -m airflow_tune.engine --spec {submitted['metadata'][METADATA_SPEC_URI]}"
+    spec_uri, digest = submitted["metadata"][METADATA_SPEC_URI], submitted["metadata"]["airflow_tune_spec_digest"]
+    assert submitted["entrypoint"] == f"python -m airflow_tune.engine --spec {spec_uri} --spec-digest {digest}"
     assert handed_on["spec"]["param_space"] == PARAMS["space"]
     assert result["dashboard_url"].startswith("http://127.0.0.1:8265/#/jobs/")
 

@@ -110,7 +110,7 @@ def test_every_form_tune_evaluates_is_refused_at_every_depth_before_submission(c
         _execute(params, native, **kwargs)
     text = str(info.value)
     assert field in text, text
-    assert 'runs {"eval": ...} as Python code' in text
+    assert "Ray Tune decodes a mapping with the key 'eval' as code" in text
 
 
 def test_the_spec_refuses_tune_code_whatever_builds_it():
@@ -128,7 +128,7 @@ def test_the_engine_refuses_tune_code_again_before_building_anything():
 
     with pytest.raises(EngineError, match=r"param_space.x.choice\[1\]"):
         refuse_tune_code({"param_space": {"x": {"choice": [1, EVAL]}}})
-    with pytest.raises(EngineError, match="runs as Python code"):
+    with pytest.raises(EngineError, match="decodes as code"):
         build_domain({"a": {"b": EVAL}})
 
 

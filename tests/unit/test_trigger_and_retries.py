@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.contract import METADATA_EXPERIMENT, METADATA_FINGERPRINT, METADATA_SPEC_URI
-from airflow_tune.exceptions import ExperimentConflictError, RayJobError
+from airflow_tune.contract import METADATA_EXPERIMENT, METADATA_FINGERPRINT, METADATA_SPEC_DIGEST, METADATA_SPEC_URI
+from airflow_tune.exceptions import ExperimentConflictError, ExperimentStorageError, RayJobError
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
@@ -175,6 +175,7 @@ def files(monkeypatch) -> dict[str, Any]:
     stored: dict[str, Any] = {}
     monkeypatch.setattr("airflow_tune.storage.read_json_or_none", lambda uri: json.loads(json.dumps(stored.get(uri))))
     monkeypatch.setattr("airflow_tune.storage.write_json", stored.__setitem__)
+    monkeypatch.setattr("airflow_tune.storage.write_bytes", lambda uri, data: stored.__setitem__(uri, json.loads(data)))
     return stored
 
 
@@ -207,6 +208,7 @@ def _live(spec_op: RayTuneOperator, files: dict[str, Any], job_id: str = "exp-1"
     uri = f"s3://bkt/exps/exp/.airflow_tune/jobs/{job_id}-abc.json"
     files[uri] = spec.to_dict()
     metadata = {METADATA_EXPERIMENT: "exp", METADATA_FINGERPRINT: spec.fingerprint(), METADATA_SPEC_URI: uri}
+    metadata.update(airflow_dag_id="d", airflow_task_id="tune", airflow_map_index="-1")
     return {"submission_id": job_id, "status": status, "metadata": metadata}
 
 
@@ -217,7 +219,8 @@ def test_no_job_yet_submits_attempt_1_with_the_spec_in_storage(files):
     [submitted] = jobs.submitted
     spec_uri = submitted["metadata"][METADATA_SPEC_URI]
     assert spec_uri.startswith("s3://bkt/exps/exp/.airflow_tune/jobs/exp-1-") and files[spec_uri]["name"] == "exp"
-    assert submitted["entrypoint"] == f"python -m airflow_tune.engine --spec {spec_uri}"
+    digest = submitted["metadata"][METADATA_SPEC_DIGEST]
+    assert submitted["entrypoint"] == f"python -m airflow_tune.engine --spec {spec_uri} --spec-digest {digest}"
 
 
 def test_a_live_job_with_the_same_spec_is_reattached(files):
@@ -244,10 +247,91 @@ def test_a_recorded_spec_that_differs_is_refused_before_anything_is_submitted(fi
 def test_a_finished_result_of_the_same_spec_is_returned(files):
     spec = _op().build_spec(_context())  # type: ignore[arg-type]
     files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = spec.to_dict()
-    result = {"status": "succeeded", "job_id": "exp-1", "fingerprint": spec.fingerprint(), "best_config": {"x": 1}}
+    result = _result(spec)
     files["s3://bkt/exps/exp/.airflow_tune/result.json"] = result
     jobs = FakeJobs([_live(_op(), files, status="SUCCEEDED")])
     assert _resume(_op(), jobs) == ("exp-1", result) and jobs.submitted == []
+
+
+def _result(spec: Any, **changes: Any) -> dict[str, Any]:
+    """A result.json as the engine writes it for ``spec``."""
+    return {
+        "status": "succeeded",
+        "experiment": spec.name,
+        "experiment_uri": spec.experiment_uri,
+        "owner": spec.owner,
+        "job_id": "exp-1",
+        "fingerprint": spec.fingerprint(),
+        "best_config": {"x": 1},
+        "best_checkpoint_uri": f"{spec.experiment_uri}/train_0/checkpoint_000001",
+        **changes,
+    }
+
+
+OTHER_OWNER = {"dag_id": "other_dag", "task_id": "secret_task", "map_index": -1, "run_id": None}
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"fingerprint": None}, "another spec"),
+        ({"experiment_uri": "s3://bkt/exps/elsewhere"}, "names another experiment"),
+        ({"best_checkpoint_uri": "s3://attacker/model/checkpoint_000001"}, "best checkpoint lies outside"),
+        ({"best_checkpoint_uri": "s3://bkt/exps/exp/../other/checkpoint"}, "best checkpoint lies outside"),
+    ],
+)
+def test_a_stored_result_is_believed_only_when_it_is_this_experiments_own(files, changes, why):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = spec.to_dict()
+    files["s3://bkt/exps/exp/.airflow_tune/result.json"] = _result(spec, **changes)
+    jobs = FakeJobs()
+    with pytest.raises((ExperimentStorageError, ExperimentConflictError), match=why):
+        _resume(_op(), jobs)
+    assert jobs.submitted == []
+
+
+@pytest.mark.parametrize("place", ["spec.json", "result.json", "job"])
+def test_an_experiment_of_another_task_is_refused_naming_its_owner_and_none_of_its_values(files, place):
+    other = _op({"x": {"grid_search": ["secret-value-1", "secret-value-2"]}}).build_spec(_context())  # type: ignore[arg-type]
+    recorded = {**other.to_dict(), "owner": OTHER_OWNER}
+    jobs = FakeJobs()
+    if place == "spec.json":
+        files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = recorded
+    elif place == "result.json":
+        files["s3://bkt/exps/exp/.airflow_tune/result.json"] = _result(other, owner=OTHER_OWNER)
+    else:
+        job = _live(_op({"x": {"grid_search": ["secret-value-1"]}}), files)
+        job["metadata"].update(airflow_dag_id="other_dag", airflow_task_id="secret_task")
+        jobs = FakeJobs([job])
+    with pytest.raises(ExperimentConflictError) as raised:
+        _resume(_op(), jobs)
+    text = str(raised.value)
+    assert "belongs to DAG 'other_dag', task 'secret_task'" in text, text
+    assert "secret-value" not in text and "grid_search" not in text
+    assert jobs.submitted == []
+
+
+def test_a_recorded_experiment_with_no_owner_is_refused(files):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = {**spec.to_dict(), "owner": None}
+    with pytest.raises(ExperimentConflictError, match="no recorded owner"):
+        _resume(_op(), FakeJobs())
+
+
+def test_an_explicit_name_is_shared_by_the_runs_of_one_task_and_a_default_name_by_one_run_only(files):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    assert spec.owner == {"dag_id": "d", "task_id": "tune", "map_index": -1, "run_id": None}
+    files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = spec.to_dict()
+    later = {"ti": _context()["ti"], "run_id": "scheduled__2"}
+    op = _op()
+    op.__dict__["hook"] = FakeJobs()
+    assert op.resume_or_submit(later, op.build_spec(later))[0] == "exp-1"  # type: ignore[arg-type]
+    # A default-named experiment records its run: the same name reached from another run is not its own.
+    files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = {**spec.to_dict(), "owner": {**spec.owner, "run_id": "r1"}}
+    op = _op()
+    op.__dict__["hook"] = FakeJobs()
+    with pytest.raises(ExperimentConflictError, match="belongs to DAG 'd', task 'tune'"):
+        op.resume_or_submit(later, op.build_spec(later))  # type: ignore[arg-type]
 
 
 def test_a_failed_result_is_not_a_result_the_next_attempt_restores(files):
