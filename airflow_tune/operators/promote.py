@@ -94,6 +94,19 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
             )
         if result.get("mode") not in ("min", "max"):
             raise ValueError(f"result['mode'] = {result.get('mode')!r}: the experiment's mode must be 'min' or 'max'")
+        checkpoint, experiment_uri = result.get("best_checkpoint_uri"), str(result.get("experiment_uri") or "")
+        if checkpoint and not (
+            experiment_uri
+            and isinstance(checkpoint, str)
+            and checkpoint.startswith(experiment_uri.rstrip("/") + "/")
+            and not {".", ".."} & set(checkpoint.split("/")[3:])
+        ):
+            # The checkpoint is unpickled by deploy tasks: only one the experiment wrote is promoted.
+            raise ValueError(
+                f"result['best_checkpoint_uri'] = {str(checkpoint)[:300]!r} lies outside result['experiment_uri'] = "
+                f"{experiment_uri[:300]!r}: promote only a checkpoint of the experiment (pass the RayTuneOperator's "
+                "XCom result as it is)"
+            )
         bucket, prefix = split_s3_uri(self.registry_uri)
         if not prefix:
             raise ValueError(f"registry_uri = {self.registry_uri!r}: give a prefix, e.g. s3://{bucket}/models/digits")

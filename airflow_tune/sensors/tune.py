@@ -17,8 +17,10 @@ from airflow_tune.contract import (
     PROGRESS_FILE,
     RESULT_FILE,
     TERMINAL_STATUSES,
+    describe_owner,
     failure_text,
     manifest_uri,
+    owner_differs,
     result_succeeded,
     xcom_result,
 )
@@ -175,13 +177,25 @@ class RayTuneSensor(BaseSensorOperator):
             raise ValueError(f"Ray job {self.job_id} was not started by RayTuneOperator; pass experiment_uri")
         return str(uri)
 
+    def _check_reader(self, manifest: Any) -> None:
+        """The sensor reads experiments of its own DAG only (a templated experiment_uri is data): refuse another's."""
+        reader = {"dag_id": self.dag_id} if self.has_dag() else None
+        theirs = manifest.get("owner") if isinstance(manifest, dict) else None
+        if owner_differs(theirs, reader, same_dag_only=True):
+            raise RayJobError(
+                f"experiment {self.experiment_uri or self.job_id} belongs to {describe_owner(theirs)}: a sensor reads "
+                f"only the experiments of its own DAG ({self.dag_id!r})"
+            )
+
     def _shape(self, result: dict[str, Any]) -> dict[str, Any]:
+        self._check_reader(result)
         job_id = result.get("job_id") or self.job_id
         out = xcom_result(result, self.job_id, self.hook.job_url(job_id) if job_id else None)
         out["finished"] = True
         return out
 
     def _early(self, progress: dict[str, Any]) -> dict[str, Any]:
+        self._check_reader(progress)
         best = progress.get("best") or {}
         counts = progress.get("counts") or {}
         return {

@@ -390,6 +390,10 @@ def test_always_promotes_a_worse_challenger_and_no_checkpoint_is_never_promoted(
         ({"result": {"best_config": {}}}, TypeError, "best_metrics"),
         ({"result": "not json"}, ValueError, "Expecting value"),
         ({"result": {"metric": "loss", "mode": "maximize", "best_metrics": {}}}, ValueError, "'min' or 'max'"),
+        # An edited XCom pointing at a checkpoint the experiment did not write (deploy tasks unpickle it).
+        ({"result": {**tune_result("s3://other-bucket/m/checkpoint_1", 0.1)}}, ValueError, "lies outside"),
+        ({"result": {**tune_result(f"s3://{BUCKET}/exp-it/../x/checkpoint_1", 0.1)}}, ValueError, "lies outside"),
+        ({"result": {**tune_result(f"s3://{BUCKET}/exp-it-other/checkpoint_1", 0.1)}}, ValueError, "lies outside"),
     ],
 )
 def test_bad_arguments_fail_at_execute_before_any_s3_call(s3_calls, reader, kwargs, error, words):

@@ -392,6 +392,20 @@ def test_sensor_result_has_the_operators_keys():
     assert early["best_metrics"] == {"loss": 0.5} and early["best_config"] == {"x": 1}
 
 
+def test_a_sensor_reads_only_experiments_of_its_own_dag():
+    with DAG("reader_dag", schedule=None):
+        sensor = RayTuneSensor(task_id="s", experiment_uri="s3://bkt/e")
+    sensor.__dict__["hook"] = SimpleNamespace(job_url=lambda job_id: f"http://ray/#/jobs/{job_id}")
+    own = {"dag_id": "reader_dag", "task_id": "tune", "map_index": -1, "run_id": "r"}
+    assert sensor._shape({**{key: None for key in RESULT_KEYS}, "owner": own})["finished"] is True
+    other = {**own, "dag_id": "other_dag"}
+    for read in (sensor._shape, sensor._early):
+        with pytest.raises(RayJobError, match="belongs to DAG 'other_dag', task 'tune'"):
+            read({"owner": other, "best": {"config": {"secret": 1}}})
+        with pytest.raises(RayJobError, match="no recorded owner"):
+            read({"best": {}})
+
+
 # -- import hygiene -----------------------------------------------------------------------------------------------
 
 
