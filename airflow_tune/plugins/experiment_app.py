@@ -1,8 +1,9 @@
 """The Experiment view's FastAPI app, mounted by Airflow's API server under ``/airflow-tune``.
 
 - ``GET /airflow-tune/experiment?dag_id=&run_id=&task_id=&map_index=``: the page (the UI shows it in a tab).
-- ``GET /airflow-tune/experiment/data?...``: what the page shows, as bounded JSON (see
-  :mod:`airflow_tune.plugins.experiment_data`).
+- ``GET /airflow-tune/experiment/data?...``: what the page shows, as bounded JSON (read by
+  :mod:`airflow_tune.plugins.experiment_files`, shaped by :mod:`airflow_tune.plugins.experiment_shape`), for an
+  experiment of the same DAG only: another DAG's experiment is refused in one sentence.
 - ``/airflow-tune/static/...``: the page's script and the vendored chart library (uPlot, MIT).
 
 Both routes use Airflow's own authentication (the UI's ``_token`` cookie or a bearer token) and authorization: the
@@ -36,7 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
 from airflow_tune.contract import join_uri
-from airflow_tune.plugins.experiment_data import NOT_STARTED_STATES, TaskFacts, build_view
+from airflow_tune.plugins.experiment_shape import NOT_STARTED_STATES, TaskFacts, build_view
 from airflow_tune.spec import experiment_name_for
 
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
 """An experiment's files as the engine writes them (progress.json, history.json, result.json), made with the engine's
 own code (``progress_snapshot``, ``HistoryCallback``, ``build_result_manifest``) from fake trials, for the tests of
-the Experiment view. Writes to any storage URI (a local path or ``s3://``)."""
+the Experiment view. Writes to any storage URI (a local path or ``s3://``). The owner the files record is the
+spec's, as the operator sets it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ from airflow_tune.contract import PROGRESS_FILE, RESULT_FILE, manifest_uri
 from airflow_tune.spec import ExperimentSpec
 
 METRIC = "val_accuracy"
+
+
+def owner_record(dag_id: str, task_id: str = "tune", map_index: int = -1, run_id: str | None = None) -> dict[str, Any]:
+    """An experiment's owner as the operator records it (``run_id`` only for default-named experiments)."""
+    return {"dag_id": dag_id, "task_id": task_id, "map_index": map_index, "run_id": run_id}
 
 
 def score(i: int, n: int) -> float:
@@ -85,12 +91,15 @@ def make_experiment(
     finished: bool = True,
     failed: bool = False,
     config_keys: int = 3,
+    owner: dict[str, Any] | None,
 ) -> Made:
     """Write an experiment's files under ``storage_path/name``.
 
     :param running: how many trials are still running (their curves are unfinished); with ``finished`` false only.
     :param errored: how many trials errored (the last ones).
     :param failed: the result manifest says the experiment failed (as the engine does when every trial errored).
+    :param owner: the task instance the files say the experiment belongs to (:func:`owner_record`); None writes
+        files with no owner, as versions before the owner was recorded did.
     """
     from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.progress import build_result_manifest, progress_snapshot
@@ -104,6 +113,7 @@ def make_experiment(
             "mode": "max",
             "num_samples": n_trials,
             "progress_interval_s": 10,
+            "owner": owner,
         }
     )
     clock = _Clock()

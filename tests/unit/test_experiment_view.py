@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.plugins import experiment_data
-from airflow_tune.plugins.experiment_data import TaskFacts
-from tests.support.experiment_files import METRIC, make_experiment
+from airflow_tune.plugins import experiment_bounds, experiment_files, experiment_shape
+from airflow_tune.plugins.experiment_shape import TaskFacts
+from tests.support.experiment_files import METRIC, make_experiment, owner_record
 
 DAG, RUN, TASK = "retrain", "manual__2026-12-02T10:00:00+00:00", "tune"
 QUERY = {"dag_id": DAG, "run_id": RUN, "task_id": TASK, "map_index": "{MAP_INDEX}"}
+OWNER = owner_record(DAG, TASK)
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +80,13 @@ def _uri(tmp_path, name: str) -> str:
 
 # -- the states ------------------------------------------------------------------------------------------------------
 def test_a_running_experiment_shows_progress_curves_and_refreshes(api, tmp_path):
-    made = make_experiment(str(tmp_path), "live", 12, iterations=8, running=3, finished=False)
+    made = make_experiment(str(tmp_path), "live", 12, iterations=8, running=3, finished=False, owner=OWNER)
     view = _view(
         api,
         _facts(state="deferred", experiment_uri=_uri(tmp_path, "live"), ray_job_url="http://ray:8265/#/jobs/live-1"),
     )
     assert view["state"] == "experiment" and view["status"] == "running"
-    assert view["refresh_s"] == experiment_data.REFRESH_S
+    assert view["refresh_s"] == experiment_shape.REFRESH_S
     assert view["experiment"] == "live" and view["metric"] == METRIC and view["mode"] == "max"
     assert view["counts"] == {"TERMINATED": 9, "RUNNING": 3} and view["num_trials"] == 12
     assert view["best"]["trial_id"] == made.best_id
@@ -104,7 +105,7 @@ def test_a_running_experiment_shows_progress_curves_and_refreshes(api, tmp_path)
 
 
 def test_a_finished_experiment_shows_the_result_the_promotion_and_stops_refreshing(api, tmp_path):
-    made = make_experiment(str(tmp_path), "done", 6, iterations=5, errored=1)
+    made = make_experiment(str(tmp_path), "done", 6, iterations=5, errored=1, owner=OWNER)
     promotion = {
         "promoted": True,
         "version": "v1",
@@ -136,7 +137,7 @@ def test_a_min_mode_experiment_sorts_ascending(api, tmp_path):
     from airflow_tune import storage
     from airflow_tune.contract import RESULT_FILE, manifest_uri
 
-    make_experiment(str(tmp_path), "loss", 5)
+    make_experiment(str(tmp_path), "loss", 5, owner=OWNER)
     uri = _uri(tmp_path, "loss")
     result = json.loads((tmp_path / "loss" / ".airflow_tune" / "result.json").read_text())
     result["mode"] = "min"
@@ -146,7 +147,7 @@ def test_a_min_mode_experiment_sorts_ascending(api, tmp_path):
 
 
 def test_a_failed_experiment_shows_why(api, tmp_path):
-    make_experiment(str(tmp_path), "broken", 3, errored=3, failed=True)
+    make_experiment(str(tmp_path), "broken", 3, errored=3, failed=True, owner=OWNER)
     view = _view(api, _facts(state="failed", experiment_uri=_uri(tmp_path, "broken")))
     assert view["status"] == "failed" and view["refresh_s"] is None
     assert view["counts"] == {"ERROR": 3} and view["best"] is None
@@ -154,13 +155,13 @@ def test_a_failed_experiment_shows_why(api, tmp_path):
 
 
 def test_an_interrupted_experiment_without_a_result(api, tmp_path):
-    make_experiment(str(tmp_path), "cut", 4, running=2, finished=False)
+    make_experiment(str(tmp_path), "cut", 4, running=2, finished=False, owner=OWNER)
     view = _view(api, _facts(state="failed", experiment_uri=_uri(tmp_path, "cut")))
     assert view["status"] == "failed" and view["refresh_s"] is None and view["counts"]["RUNNING"] == 2
 
 
 def test_a_retry_running_over_a_failed_result_shows_the_new_run(api, tmp_path):
-    made = make_experiment(str(tmp_path), "again", 4, errored=4, failed=True)
+    made = make_experiment(str(tmp_path), "again", 4, errored=4, failed=True, owner=OWNER)
     # The retry restores the experiment and writes progress again, after the failed result.
     from airflow_tune import storage
     from airflow_tune.contract import PROGRESS_FILE, manifest_uri
@@ -209,14 +210,14 @@ def test_no_such_task_instance(api):
 
 
 def test_a_link_that_is_not_http_never_reaches_the_page(api, tmp_path):
-    make_experiment(str(tmp_path), "linked", 2)
+    make_experiment(str(tmp_path), "linked", 2, owner=OWNER)
     view = _view(api, _facts(experiment_uri=_uri(tmp_path, "linked"), ray_job_url="javascript:alert(1)"))
     assert view["ray_job_url"] is None
 
 
 # -- access ----------------------------------------------------------------------------------------------------------
 def test_a_user_who_may_not_read_the_dag_gets_403_and_no_data(api, tmp_path):
-    make_experiment(str(tmp_path), "secret", 2)
+    make_experiment(str(tmp_path), "secret", 2, owner=OWNER)
     facts = _facts(experiment_uri=_uri(tmp_path, "secret"))
     for path in ("/airflow-tune/experiment/data", "/airflow-tune/experiment"):
         api.holder["facts"] = facts
@@ -267,28 +268,28 @@ def test_2000_trials_stay_within_the_limits(api, tmp_path):
     figures = {}
     for n in (20, 2000):
         started = time.perf_counter()
-        made = make_experiment(str(tmp_path), f"n{n}", n, iterations=300, errored=n // 100, config_keys=20)
+        made = make_experiment(str(tmp_path), f"n{n}", n, iterations=300, errored=n // 100, config_keys=20, owner=OWNER)
         built = time.perf_counter() - started
         facts = _facts(experiment_uri=_uri(tmp_path, f"n{n}"))
         result_bytes = (tmp_path / f"n{n}" / ".airflow_tune" / "result.json").stat().st_size
         history_bytes = (tmp_path / f"n{n}" / ".airflow_tune" / "history.json").stat().st_size
-        parses = experiment_data._RESULTS.parses
+        parses = experiment_files._RESULTS.parses
         times = []
         for _ in range(4):
             started = time.perf_counter()
             resp = _get(api, facts)
             times.append(time.perf_counter() - started)
             assert resp.status_code == 200
-        assert experiment_data._RESULTS.parses == parses + 1  # parsed once, then cached by size and mtime
+        assert experiment_files._RESULTS.parses == parses + 1  # parsed once, then cached by size and mtime
         view = resp.json()
         table = view["table"]
         assert view["num_trials"] == n and table["total"] == n
-        assert table["shown"] == len(table["rows"]) == min(n, experiment_data.TABLE_ROWS)
-        assert len(table["columns"]) <= experiment_data.CONFIG_COLUMNS
-        assert table["hidden_columns"] == 21 - experiment_data.CONFIG_COLUMNS
+        assert table["shown"] == len(table["rows"]) == min(n, experiment_bounds.TABLE_ROWS)
+        assert len(table["columns"]) <= experiment_bounds.CONFIG_COLUMNS
+        assert table["hidden_columns"] == 21 - experiment_bounds.CONFIG_COLUMNS
         assert {r["trial_id"] for r in table["rows"] if r["status"] == "ERROR"} == set(made.errored[:20])
-        assert len(view["curves"]) <= experiment_data.MAX_CURVES
-        assert all(len(c["points"]) <= experiment_data.MAX_POINTS for c in view["curves"])
+        assert len(view["curves"]) <= experiment_bounds.MAX_CURVES
+        assert all(len(c["points"]) <= experiment_bounds.MAX_POINTS for c in view["curves"])
         assert view["best"]["trial_id"] == made.best_id
         figures[n] = {
             "bytes": len(resp.content),
@@ -309,7 +310,7 @@ def test_2000_trials_stay_within_the_limits(api, tmp_path):
         )
     assert figures[2000]["bytes"] < 256 * 1024
     assert figures[2000]["history_bytes"] < 256 * 1024
-    assert figures[2000]["rows"] == experiment_data.TABLE_ROWS
+    assert figures[2000]["rows"] == experiment_bounds.TABLE_ROWS
 
 
 # -- finding the experiment of a task instance (the lookup's pure parts) ---------------------------------------------

@@ -70,7 +70,9 @@
     state.data = data;
     state.loads += 1;
     if (data.state !== "experiment") {
-      showMessage(data.message, data.state);
+      // A file that could not be used is named even when there is nothing else to show.
+      var problems = (data.problems || []).length ? " (" + data.problems.join("; ") + ")" : "";
+      showMessage(data.message + problems, data.state);
       return;
     }
     byId("message").hidden = true;
