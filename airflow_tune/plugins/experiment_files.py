@@ -292,7 +292,7 @@ class Reading:
 class StampCache:
     """One kind of file reduced by ``reduce``, by URI and stamp: a file is fetched and parsed only when it changed."""
 
-    def __init__(self, name: str, reduce: Callable[[Any], dict[str, Any]], maxsize: int = 64) -> None:
+    def __init__(self, name: str, reduce: Callable[[Any], dict[str, Any]], maxsize: int = 32) -> None:
         self.name, self.reduce, self.maxsize = name, reduce, maxsize
         self.limit = MAX_FILE_BYTES[name]
         self._entries: OrderedDict[str, tuple[tuple[int, Any], Reading]] = OrderedDict()
