@@ -3,98 +3,32 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
-from airflow_tune import code, roots
-from airflow_tune.contract import (
-    JOB_ID_ENV,
-    LIVE_STATUSES,
-    METADATA_EXPERIMENT,
-    METADATA_EXPERIMENT_URI,
-    METADATA_FINGERPRINT,
-    METADATA_OWNER,
-    METADATA_SPEC_DIGEST,
-    METADATA_SPEC_URI,
-    RESULT_FILE,
-    RESULT_KEYS,
-    SPEC_FILE,
-    TERMINAL_STATUSES,
-    describe_owner,
-    digest_of,
-    engine_command,
-    failure_text,
-    job_spec_uri,
-    manifest_uri,
-    owner_differs,
-    pending_too_long,
-    result_mismatch,
-    result_succeeded,
-    spec_file_bytes,
-    xcom_result,
-)
-from airflow_tune.exceptions import (
-    ExperimentConflictError,
-    ExperimentStorageError,
-    RayConnectionError,
-    RayJobError,
-)
-from airflow_tune.following import ProgressFollower
+from airflow_tune import code, reconcile, roots
+from airflow_tune.contract import RESULT_KEYS, engine_command, xcom_result
+from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
-from airflow_tune.rendered import coerce_rendered
-from airflow_tune.spec import ExperimentSpec, experiment_name_for, fingerprint_of, identity_differences, node_pins
+from airflow_tune.operators.tune_spec import SPEC_FIELDS, TuneSpecBuilder, engine_package_dir
+from airflow_tune.spec import ExperimentSpec
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["RESULT_KEYS", "RayTuneOperator"]
+__all__ = ["RESULT_KEYS", "RayTuneOperator", "engine_package_dir"]
 STATE_JOB_ID = "ray_job_id"
 
-# Spec fields the operator passes through as they are (each is also a templated argument).
-_SPEC_FIELDS = (
-    "trainable",
-    "param_space",
-    "metric",
-    "mode",
-    "num_samples",
-    "max_concurrent_trials",
-    "reuse_actors",
-    "time_budget_s",
-    "stop",
-    "scheduler",
-    "search",
-    "points_to_evaluate",
-    "resources_per_trial",
-    "checkpoint",
-    "failure",
-    "storage_path",
-    "trainable_kwargs",
-    "errored_trials",
-    "best_scope",
-    "progress_interval_s",
-    "infeasible_wait_s",
-)
-# BaseOperator has its own "resources"; the spec's field is set from this argument.
-_SPEC_NAMES = {"resources_per_trial": "resources"}
 
-
-def engine_package_dir() -> str:
-    import airflow_tune
-
-    return str(Path(airflow_tune.__file__).resolve().parent)
-
-
-class RayTuneOperator(BaseOperator):
+class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     """Run a Ray Tune hyperparameter search on a Ray cluster and return the best trial through XCom.
 
     The experiment runs as a Ray job whose driver (``python -m airflow_tune.engine``, shipped with the job) builds
@@ -157,7 +91,7 @@ class RayTuneOperator(BaseOperator):
     """
 
     # working_dir, py_modules, pip and runtime_env choose the code the cluster runs: never rendered.
-    template_fields: Sequence[str] = (*_SPEC_FIELDS, "experiment_name", "warm_start")
+    template_fields: Sequence[str] = (*SPEC_FIELDS, "experiment_name", "warm_start")
     template_fields_renderers = {
         "param_space": "json",
         "stop": "json",
@@ -270,143 +204,9 @@ class RayTuneOperator(BaseOperator):
     def hook(self) -> RayHook:
         return RayHook(ray_conn_id=self.ray_conn_id)
 
-    # -- spec ---------------------------------------------------------------------------------------------------
-    def build_spec(self, context: Context) -> ExperimentSpec:
-        """The validated spec from the rendered arguments; raises ValueError naming each bad field.
-
-        Also refuses, before anything is submitted, every import path that came from rendering rather than from the
-        DAG file (unless the deployment allow-lists it).
-        """
-        data: dict[str, Any] = {}
-        for name in _SPEC_FIELDS:
-            value = getattr(self, name)
-            if name == "trainable":
-                value = self.trainable_code.import_path if self.trainable_object is not None else value
-            else:
-                value = coerce_rendered(name, value)
-            if value is not None:
-                data[_SPEC_NAMES.get(name, name)] = value
-        named = coerce_rendered("experiment_name", self.experiment_name)
-        data["name"] = named or self.default_experiment_name(context)
-        data["owner"] = self.owner_of(context, default_name=not named)
-        if self.trainable_object is not None and self.trainable_code.by_value:
-            data["trainable_digest"] = self.trainable_code.digest
-        seed = self.warm_start_point(data.get("param_space") or {})
-        if seed:
-            data["points_to_evaluate"] = [seed, *(data.get("points_to_evaluate") or [])]
-        spec = ExperimentSpec.from_dict(data)
-        roots.check_task_storage(self, spec.storage_path)
-        allow_listed = self.check_code_references(spec)
-        if allow_listed:
-            spec = dataclasses.replace(spec, allow_listed=allow_listed)
-        return spec
-
-    def owner_of(self, context: Context, *, default_name: bool) -> dict[str, Any]:
-        """The task instance this experiment belongs to; the run too when the name is the run's default one."""
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return {
-            "dag_id": str(ti.dag_id),
-            "task_id": str(ti.task_id),
-            "map_index": int(map_index if map_index is not None else -1),
-            "run_id": str(context["run_id"]) if default_name else None,
-        }
-
-    @cached_property
-    def trainable_code(self) -> code.TrainableCode:
-        """How the trainable object travels: by import path, or pickled by value (cached: pickled once)."""
-        return code.trainable_code(self.trainable_object)
-
-    def check_code_references(self, spec: ExperimentSpec) -> list[str]:
-        """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists, and a
-        node pin the DAG file did not write. Return the paths only the allow-list admitted."""
-        pins = [(f, key) for f, key in node_pins(spec.resources) if key not in self.literal_node_pins]
-        if pins:
-            raise code.CodeReferenceError(
-                [
-                    f"{field} = {key!r}: a node pin places trials on a chosen machine; write it in the DAG file"
-                    for field, key in pins
-                ]
-            )
-        literal = {k: set(v) for k, v in self.literal_code_references.items()}
-        if self.trainable_object is not None:
-            literal["trainable"].add(self.trainable_code.import_path)
-        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
-        for argument in code.arguments_mapped_from_data(mapped_task, literal):
-            literal[argument] = set()
-        refused, allow_listed = code.review_references(spec, literal)
-        if not refused:
-            return []
-        # Only now read the allow-list: a spec of literal paths needs no connection lookup.
-        patterns = code.allowed_patterns(self.hook.allowed_code_references)
-        refused, allow_listed = code.review_references(spec, literal, patterns)
-        if refused:
-            raise code.refusal(refused, patterns)
-        return allow_listed
-
-    def warm_start_point(self, param_space: dict[str, Any]) -> dict[str, Any] | None:
-        """The warm-start config restricted to the sampled keys of the search space, or None."""
-        from airflow_tune.spec import primitive_of
-
-        if not self.warm_start:
-            return None
-        config: Any = None
-        if isinstance(self.warm_start, str) and "://" in self.warm_start:
-            from airflow_tune.registry import read_champion
-
-            champion = read_champion(self.warm_start, aws_conn_id=self.aws_conn_id)
-            if champion is None:
-                self.log.info("No champion in %s yet: no warm start", self.warm_start)
-                return None
-            config = champion.get("config")
-        else:
-            config = coerce_rendered("warm_start", self.warm_start)
-        if not config:
-            return None
-        if not isinstance(config, dict):
-            raise TypeError(f"warm_start must be a registry URI or a config dict, got {type(config).__name__}")
-        sampled = {
-            k for k, v in param_space.items() if primitive_of(v) not in (None, "const", "grid_search", "sample_from")
-        }
-        point = {k: v for k, v in config.items() if k in sampled}
-        self.log.info("Warm start: trying %s first", point)
-        return point or None
-
-    @staticmethod
-    def default_experiment_name(context: Context) -> str:
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        return experiment_name_for(ti.dag_id, ti.task_id, context["run_id"], -1 if map_index is None else map_index)
-
-    def build_runtime_env(self, spec: ExperimentSpec, job_id: str, shipped_dirs: Sequence[str] = ()) -> dict[str, Any]:
-        runtime_env = coerce_rendered("runtime_env", self.runtime_env) if self.runtime_env else {}
-        if not isinstance(runtime_env, dict):
-            raise TypeError(f"runtime_env must be a dict, got {type(runtime_env).__name__}")
-        runtime_env = dict(runtime_env)
-        py_modules = list(runtime_env.pop("py_modules", None) or []) + list(self.py_modules or [])
-        py_modules = [*shipped_dirs, *py_modules]
-        if self.ship_engine:
-            py_modules.insert(0, engine_package_dir())
-        if py_modules:
-            runtime_env["py_modules"] = py_modules
-        if self.working_dir:
-            runtime_env["working_dir"] = self.working_dir
-        if self.pip:
-            runtime_env["pip"] = self.pip
-        env_vars = dict(runtime_env.get("env_vars") or {})
-        env_vars.update(
-            {
-                JOB_ID_ENV: job_id,
-                # Tune saves its state only on SIGINT; Ray's default stop signal is SIGTERM, then SIGKILL after 3 s.
-                "RAY_JOB_STOP_SIGNAL": "SIGINT",
-                "RAY_JOB_STOP_WAIT_TIME_S": str(self.stop_wait_s),
-            }
-        )
-        runtime_env["env_vars"] = env_vars
-        return runtime_env
-
-    # -- execute ------------------------------------------------------------------------------------------------
+    # -- the reconcile loop ---------------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
+        """Spec, identity, then reattach, return the finished result, or submit (restoring); then wait."""
         spec = self.spec = self.build_spec(context)
         job_id, finished = self.resume_or_submit(context, spec)
         self.job_id = job_id
@@ -424,21 +224,7 @@ class RayTuneOperator(BaseOperator):
                 "dashboard_url": self.hook.job_url(job_id),
             }
         if self.deferrable:
-            from airflow_tune.triggers.tune import RayTuneTrigger
-
-            self.defer(
-                trigger=RayTuneTrigger(
-                    job_id=job_id,
-                    ray_conn_id=self.ray_conn_id,
-                    poll_interval=self.poll_interval,
-                    deadline=self._deadline(context),
-                    experiment_uri=spec.experiment_uri,
-                    log_interval=spec.progress_interval_s,
-                    max_unreachable_s=self.max_unreachable_s,
-                    pending_timeout_s=self.pending_timeout_s,
-                ),
-                method_name="execute_complete",
-            )
+            self.defer(trigger=self._trigger(context, spec, job_id), method_name="execute_complete")
         status = self.wait_blocking(job_id, spec.experiment_uri, log_interval=spec.progress_interval_s)
         return self.complete(job_id, status, spec.experiment_uri)
 
@@ -465,57 +251,36 @@ class RayTuneOperator(BaseOperator):
             except Exception:
                 self.log.exception("Could not stop Ray job %s", self.job_id)
 
-    # -- retries ------------------------------------------------------------------------------------------------
     def resume_or_submit(self, context: Context, spec: ExperimentSpec) -> tuple[str | None, dict[str, Any] | None]:
         """Reattach to a live job of this experiment, return a finished result, or submit a job that restores.
 
-        Every path first checks that the experiment found under this name asks the same question (the spec's
-        fingerprint); another run reusing the name with another spec is refused, naming what differs.
+        What is found under the name must be this task's and ask this spec's question
+        (:func:`~airflow_tune.reconcile.find_experiment`); another task's is refused naming its owner, this task's
+        with another spec naming what differs.
 
         :return: the job id, and the finished result when there is one.
         """
-        from airflow_tune import storage
-
         for _ in range(2):
-            jobs = self.hook.find_jobs({METADATA_EXPERIMENT: spec.name})
-            live = [j for j in jobs if j.get("status") in LIVE_STATUSES]
-            for job in jobs:  # every job of this name, live or not, must be this task's
-                metadata = job.get("metadata") or {}
-                self._refuse_other_owner(spec, {k: metadata.get(v) for k, v in METADATA_OWNER.items()}, job)
-            if live:
-                job = live[0]
-                metadata = job.get("metadata") or {}
-                theirs = (
-                    storage.read_json_or_none(metadata[METADATA_SPEC_URI]) if METADATA_SPEC_URI in metadata else None
-                )
-                self._refuse_other_question(spec, metadata.get(METADATA_FINGERPRINT), job, theirs)
-                job_id = job["submission_id"]
+            found = reconcile.find_experiment(self.hook, spec)
+            if found.live is not None:
+                job_id = str(found.live["submission_id"])
                 self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
                 self._remember_job(context, job_id)
                 return job_id, None
-            recorded = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
-            if recorded is not None:
-                self._refuse_other_owner(spec, recorded.get("owner") if isinstance(recorded, dict) else None, None)
-                self._refuse_other_question(spec, fingerprint_of(recorded), None, recorded)
-            result = storage.read_json_or_none(manifest_uri(spec.experiment_uri, RESULT_FILE))
-            if result is not None and result_succeeded(result):
-                self._refuse_other_owner(spec, result.get("owner") if isinstance(result, dict) else None, None)
-                self._refuse_other_question(spec, result.get("fingerprint") or "<none>", None, recorded)
-                self._believe_result(spec, result)
-                job_id = result.get("job_id") or (jobs[0]["submission_id"] if jobs else None)
-                return job_id, result
-            if jobs:
+            if found.result is not None:
+                return found.result.get("job_id") or (found.jobs[0]["submission_id"] if found.jobs else None), (
+                    found.result
+                )
+            if found.jobs:
                 self.log.info(
                     "Experiment %s has %d earlier job(s), none live: the new job restores it from %s",
                     spec.name,
-                    len(jobs),
+                    len(found.jobs),
                     spec.experiment_uri,
                 )
-            # Deterministic per experiment and attempt: two tries that list the jobs at the same moment submit the
-            # same id, and Ray refuses the second; that one then finds the first's job above and reattaches.
-            job_id = f"{spec.name}-{len(jobs) + 1}"
+            job_id = reconcile.next_job_id(spec, found)
             try:
-                self._submit(context, spec, job_id)
+                self.submit_experiment(context, spec, job_id)
             except RayJobError as exc:
                 if "already exists" not in str(exc):
                     raise
@@ -525,81 +290,14 @@ class RayTuneOperator(BaseOperator):
             return job_id, None
         raise RayJobError(f"experiment {spec.name}: jobs kept appearing while submitting; retry the task")
 
-    def _refuse_other_owner(self, spec: ExperimentSpec, theirs: Any, job: dict[str, Any] | None) -> None:
-        """Raise when the experiment found under this name belongs to another task: name it, show none of its values."""
-        if not owner_differs(theirs, spec.owner):
-            return
-        where = f"live or earlier Ray job {job['submission_id']}" if job else spec.experiment_uri
-        raise ExperimentConflictError(
-            f"experiment {spec.name!r} ({where}) belongs to {describe_owner(theirs)}, not to this task "
-            f"(DAG {spec.owner and spec.owner['dag_id']!r}, task {spec.owner and spec.owner['task_id']!r}); an "
-            "experiment is read and resumed only by the task that started it: give this task its own "
-            "experiment_name (or leave it unset: the default is unique per task instance)"
-        )
-
-    def _believe_result(self, spec: ExperimentSpec, result: Any) -> None:
-        """Raise unless ``result`` (a ``result.json`` read back from storage) is this experiment's own."""
-        mismatch = result_mismatch(result, spec)
-        if mismatch:
-            raise ExperimentStorageError(
-                f"the result of experiment {spec.name!r} in storage is not believed: {mismatch}. Storage under the "
-                "experiment was written by someone else; remove the experiment's folder or give this task another "
-                "experiment_name"
-            )
-
-    def _refuse_other_question(
-        self,
-        spec: ExperimentSpec,
-        theirs: str | None,
-        job: dict[str, Any] | None,
-        recorded: dict[str, Any] | None = None,
-    ) -> None:
-        """Raise when the experiment found under this name was started with another spec."""
-        if not theirs or theirs == spec.fingerprint():
-            return
-        from airflow_tune import storage
-
-        if recorded is None:
-            recorded = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
-        differences = identity_differences(recorded, spec.to_dict()) if recorded else []
-        where = f"live Ray job {job['submission_id']}" if job else spec.experiment_uri
-        raise ExperimentConflictError(
-            f"experiment {spec.name!r} already exists ({where}) with another spec"
-            + (f": {'; '.join(differences)}" if differences else "")
-            + ". One experiment name answers one question: another run uses this experiment_name; give this run "
-            "its own experiment_name (or leave it unset: the default is unique per task instance)"
-        )
-
-    def _submit(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
-        import uuid
-
-        from airflow_tune import storage
-
-        ti = context["ti"]
+    def submit_experiment(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
+        """Write the job's spec and submit the driver, with the trainable shipped by value when it must be."""
         # Before anything is written or submitted: the engine runs on the cluster with the cluster's Ray.
         self.hook.check_ray_version()
-        # The spec travels through storage, not in the job's environment: no size limit applies to it. Its digest
-        # travels in the entrypoint, where no storage writer can change it: the driver runs only these bytes.
-        spec_uri = job_spec_uri(spec.experiment_uri, job_id, uuid.uuid4().hex[:8])
-        spec_bytes = spec_file_bytes(spec.to_dict())
-        spec_digest = digest_of(spec_bytes)
-        try:
-            storage.write_bytes(spec_uri, spec_bytes)
-        except OSError as exc:
-            raise ExperimentStorageError(
-                f"cannot write the experiment's spec to {spec_uri} ({exc}); check that the bucket of storage_path "
-                f"{spec.storage_path!r} exists and that Airflow workers may write to it"
-            ) from exc
-        metadata = {
-            METADATA_EXPERIMENT: spec.name,
-            METADATA_EXPERIMENT_URI: spec.experiment_uri,
-            METADATA_FINGERPRINT: spec.fingerprint(),
-            METADATA_SPEC_URI: spec_uri,
-            METADATA_SPEC_DIGEST: spec_digest,
-            **{METADATA_OWNER[k]: str((spec.owner or {}).get(k)) for k in METADATA_OWNER},
-            "airflow_run_id": str(context["run_id"]),
-            "airflow_try_number": str(getattr(ti, "try_number", "")),
-        }
+        spec_uri, spec_digest = reconcile.write_job_spec(spec, job_id)
+        metadata = reconcile.job_metadata(
+            spec, spec_uri, spec_digest, run_id=context["run_id"], try_number=getattr(context["ti"], "try_number", "")
+        )
         with contextlib.ExitStack() as stack:
             shipped = []
             if self.trainable_object is not None and self.trainable_code.by_value:
@@ -623,6 +321,21 @@ class RayTuneOperator(BaseOperator):
         except Exception as exc:  # the job metadata still identifies the experiment's jobs
             self.log.warning("Could not keep the job id in task_state_store: %s", exc)
 
+    # -- waiting ------------------------------------------------------------------------------------------------
+    def _trigger(self, context: Context, spec: ExperimentSpec, job_id: str) -> Any:
+        from airflow_tune.triggers.tune import RayTuneTrigger
+
+        return RayTuneTrigger(
+            job_id=job_id,
+            ray_conn_id=self.ray_conn_id,
+            poll_interval=self.poll_interval,
+            deadline=self._deadline(context),
+            experiment_uri=spec.experiment_uri,
+            log_interval=spec.progress_interval_s,
+            max_unreachable_s=self.max_unreachable_s,
+            pending_timeout_s=self.pending_timeout_s,
+        )
+
     def _deadline(self, context: Context) -> float | None:
         if not self.execution_timeout:
             return None
@@ -632,79 +345,28 @@ class RayTuneOperator(BaseOperator):
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
         return started + seconds
 
-    # -- waiting ------------------------------------------------------------------------------------------------
     def wait_blocking(self, job_id: str, experiment_uri: str, log_interval: float = 10.0) -> str:
-        """Poll until the job ends, printing the experiment's progress (from ``progress.json``) into the task log.
-
-        A dashboard that does not answer is asked again until it has been unreachable for ``max_unreachable_s``
-        since its last answer, as the trigger does.
+        """Wait in the worker until the job ends (see :func:`~airflow_tune.reconcile.wait_for_job`).
 
         :param log_interval: read ``progress.json`` at most this often (and once more at the end).
         """
-        follower = ProgressFollower(experiment_uri)
-        progress_at = float("-inf")
-        answered_at = time.monotonic()
-        while True:
-            try:
-                info = self.hook.get_job_info(job_id)
-            except RayConnectionError as exc:
-                waited = time.monotonic() - answered_at
-                if waited >= self.max_unreachable_s:
-                    raise RayConnectionError(
-                        f"the Ray dashboard was unreachable for {waited:.0f}s while waiting for job {job_id}: {exc}"
-                    ) from exc
-                self.log.warning("Ray dashboard unreachable for %.0fs: %s", waited, exc)
-                time.sleep(self.poll_interval)
-                continue
-            answered_at = time.monotonic()
-            stuck = pending_too_long({**info, "submission_id": job_id}, self.pending_timeout_s, time.time())
-            if stuck:
-                self.hook.stop_job(job_id)
-                raise RayJobError(stuck)
-            status = str(info.get("status"))
-            terminal = status in TERMINAL_STATUSES
-            if terminal or time.monotonic() - progress_at >= log_interval:
-                progress_at = time.monotonic()
-                self._print_progress(follower)
-            if terminal:
-                return status
-            time.sleep(self.poll_interval)
-
-    def _print_progress(self, follower: ProgressFollower) -> None:
-        try:
-            lines = follower.poll()
-        except Exception as exc:  # progress is best effort
-            self.log.debug("Could not read the experiment's progress: %s", exc)
-            return
-        for line in lines:
-            self.log.info("%s", line)
+        return reconcile.wait_for_job(
+            self.hook,
+            job_id,
+            experiment_uri,
+            poll_interval=self.poll_interval,
+            max_unreachable_s=self.max_unreachable_s,
+            pending_timeout_s=self.pending_timeout_s,
+            log_interval=log_interval,
+            log=self.log,
+        )
 
     # -- results ------------------------------------------------------------------------------------------------
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:
         """The XCom result of a finished job, or a task failure that says why the job did not succeed."""
-        from airflow_tune import storage
-
         if status == "SUCCEEDED":
-            result_uri = manifest_uri(experiment_uri, RESULT_FILE)
-            result = storage.read_json_or_none(result_uri)
-            if result is None:
-                raise RayJobError(f"Ray job {job_id} succeeded but wrote no result at {result_uri}")
-            if self.spec is not None:
-                self._believe_result(self.spec, result)
-            return self._xcom_result(result, job_id)
-        raise RayJobError(self._failure_text(job_id, status, message))
-
-    def _failure_text(self, job_id: str, status: str, message: str | None) -> str:
-        if message is None:
-            try:
-                message = str(self.hook.get_job_info(job_id).get("message") or "")
-            except Exception:
-                message = ""
-        try:
-            logs = self.hook.get_job_logs(job_id)
-        except Exception as exc:
-            logs = f"(job logs unavailable: {exc})"
-        return failure_text(job_id, status, message, logs)
+            return self._xcom_result(reconcile.read_result(experiment_uri, job_id, self.spec), job_id)
+        raise RayJobError(reconcile.job_failure(self.hook, job_id, status, message))
 
     def _xcom_result(self, result: dict[str, Any], job_id: str | None) -> dict[str, Any]:
         chosen = result.get("job_id") or job_id

@@ -12,13 +12,13 @@ from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
+from airflow_tune import reconcile
 from airflow_tune.contract import (
     METADATA_EXPERIMENT_URI,
     PROGRESS_FILE,
     RESULT_FILE,
     TERMINAL_STATUSES,
     describe_owner,
-    failure_text,
     manifest_uri,
     owner_differs,
     result_succeeded,
@@ -162,13 +162,7 @@ class RayTuneSensor(BaseSensorOperator):
         raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
 
     def _result(self) -> dict[str, Any]:
-        from airflow_tune import storage
-
-        result_uri = manifest_uri(self.experiment_uri or self._experiment_uri_of_job(), RESULT_FILE)
-        result = storage.read_json_or_none(result_uri)
-        if result is None:
-            raise RayJobError(f"Ray job {self.job_id} succeeded but wrote no result at {result_uri}")
-        return self._shape(result)
+        return self._shape(reconcile.read_result(self.experiment_uri or self._experiment_uri_of_job(), self.job_id))
 
     def _experiment_uri_of_job(self) -> str:
         info = self.hook.get_job_info(str(self.job_id))
@@ -217,10 +211,4 @@ class RayTuneSensor(BaseSensorOperator):
         }
 
     def _failure(self, status: str, message: str | None = None) -> str:
-        if message is None:
-            message = str(self.hook.get_job_info(str(self.job_id)).get("message") or "")
-        try:
-            logs = self.hook.get_job_logs(str(self.job_id))
-        except Exception as exc:
-            logs = f"(job logs unavailable: {exc})"
-        return failure_text(str(self.job_id), status, message, logs)
+        return reconcile.job_failure(self.hook, str(self.job_id), status, message)

@@ -1,0 +1,214 @@
+"""How RayTuneOperator turns its arguments into what a job carries: the validated
+:class:`~airflow_tune.spec.ExperimentSpec` (the spec step of its reconcile loop, with the security checks that need
+the DAG file's view of the arguments: import paths and node pins written literally, the storage root; and the
+operator-set fields: owner, code digest), and the job's runtime env."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_tune import code, roots
+from airflow_tune.contract import JOB_ID_ENV
+from airflow_tune.rendered import coerce_rendered
+from airflow_tune.spec import ExperimentSpec, experiment_name_for, node_pins
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+# Spec fields the operator passes through as they are (each is also a templated argument).
+SPEC_FIELDS = (
+    "trainable",
+    "param_space",
+    "metric",
+    "mode",
+    "num_samples",
+    "max_concurrent_trials",
+    "reuse_actors",
+    "time_budget_s",
+    "stop",
+    "scheduler",
+    "search",
+    "points_to_evaluate",
+    "resources_per_trial",
+    "checkpoint",
+    "failure",
+    "storage_path",
+    "trainable_kwargs",
+    "errored_trials",
+    "best_scope",
+    "progress_interval_s",
+    "infeasible_wait_s",
+)
+# BaseOperator has its own "resources"; the spec's field is set from this argument.
+_SPEC_NAMES = {"resources_per_trial": "resources"}
+
+
+def engine_package_dir() -> str:
+    import airflow_tune
+
+    return str(Path(airflow_tune.__file__).resolve().parent)
+
+
+class TuneSpecBuilder:
+    """The spec step of :class:`~airflow_tune.operators.tune.RayTuneOperator` (a mixin: it reads the operator's
+    arguments, ``hook``, ``log`` and DAG)."""
+
+    # The operator's attributes this step reads.
+    trainable_object: Any
+    literal_code_references: dict[str, set[str]]
+    literal_node_pins: set[str]
+    experiment_name: Any
+    warm_start: Any
+    aws_conn_id: str | None
+    runtime_env: Any
+    py_modules: list[str] | None
+    working_dir: str | None
+    pip: Any
+    ship_engine: bool
+    stop_wait_s: int
+    hook: Any
+    log: Any
+    task_id: str
+    dag: Any
+
+    if TYPE_CHECKING:
+
+        def has_dag(self) -> bool: ...
+
+    def build_spec(self, context: Context) -> ExperimentSpec:
+        """The validated spec from the rendered arguments; raises ValueError naming each bad field.
+
+        Also refuses, before anything is submitted, every import path that came from rendering rather than from the
+        DAG file (unless the deployment allow-lists it).
+        """
+        data: dict[str, Any] = {}
+        for name in SPEC_FIELDS:
+            value = getattr(self, name)
+            if name == "trainable":
+                value = self.trainable_code.import_path if self.trainable_object is not None else value
+            else:
+                value = coerce_rendered(name, value)
+            if value is not None:
+                data[_SPEC_NAMES.get(name, name)] = value
+        named = coerce_rendered("experiment_name", self.experiment_name)
+        data["name"] = named or self.default_experiment_name(context)
+        data["owner"] = self.owner_of(context, default_name=not named)
+        if self.trainable_object is not None and self.trainable_code.by_value:
+            data["trainable_digest"] = self.trainable_code.digest
+        seed = self.warm_start_point(data.get("param_space") or {})
+        if seed:
+            data["points_to_evaluate"] = [seed, *(data.get("points_to_evaluate") or [])]
+        spec = ExperimentSpec.from_dict(data)
+        roots.check_task_storage(self, spec.storage_path)
+        allow_listed = self.check_code_references(spec)
+        if allow_listed:
+            spec = dataclasses.replace(spec, allow_listed=allow_listed)
+        return spec
+
+    def owner_of(self, context: Context, *, default_name: bool) -> dict[str, Any]:
+        """The task instance this experiment belongs to; the run too when the name is the run's default one."""
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return {
+            "dag_id": str(ti.dag_id),
+            "task_id": str(ti.task_id),
+            "map_index": int(map_index if map_index is not None else -1),
+            "run_id": str(context["run_id"]) if default_name else None,
+        }
+
+    @cached_property
+    def trainable_code(self) -> code.TrainableCode:
+        """How the trainable object travels: by import path, or pickled by value (cached: pickled once)."""
+        return code.trainable_code(self.trainable_object)
+
+    def check_code_references(self, spec: ExperimentSpec) -> list[str]:
+        """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists, and a
+        node pin the DAG file did not write. Return the paths only the allow-list admitted."""
+        pins = [(f, key) for f, key in node_pins(spec.resources) if key not in self.literal_node_pins]
+        if pins:
+            raise code.CodeReferenceError(
+                [
+                    f"{field} = {key!r}: a node pin places trials on a chosen machine; write it in the DAG file"
+                    for field, key in pins
+                ]
+            )
+        literal = {k: set(v) for k, v in self.literal_code_references.items()}
+        if self.trainable_object is not None:
+            literal["trainable"].add(self.trainable_code.import_path)
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        for argument in code.arguments_mapped_from_data(mapped_task, literal):
+            literal[argument] = set()
+        refused, allow_listed = code.review_references(spec, literal)
+        if not refused:
+            return []
+        # Only now read the allow-list: a spec of literal paths needs no connection lookup.
+        patterns = code.allowed_patterns(self.hook.allowed_code_references)
+        refused, allow_listed = code.review_references(spec, literal, patterns)
+        if refused:
+            raise code.refusal(refused, patterns)
+        return allow_listed
+
+    def warm_start_point(self, param_space: dict[str, Any]) -> dict[str, Any] | None:
+        """The warm-start config restricted to the sampled keys of the search space, or None."""
+        from airflow_tune.spec import primitive_of
+
+        if not self.warm_start:
+            return None
+        config: Any = None
+        if isinstance(self.warm_start, str) and "://" in self.warm_start:
+            from airflow_tune.registry import read_champion
+
+            champion = read_champion(self.warm_start, aws_conn_id=self.aws_conn_id)
+            if champion is None:
+                self.log.info("No champion in %s yet: no warm start", self.warm_start)
+                return None
+            config = champion.get("config")
+        else:
+            config = coerce_rendered("warm_start", self.warm_start)
+        if not config:
+            return None
+        if not isinstance(config, dict):
+            raise TypeError(f"warm_start must be a registry URI or a config dict, got {type(config).__name__}")
+        sampled = {
+            k for k, v in param_space.items() if primitive_of(v) not in (None, "const", "grid_search", "sample_from")
+        }
+        point = {k: v for k, v in config.items() if k in sampled}
+        self.log.info("Warm start: trying %s first", point)
+        return point or None
+
+    @staticmethod
+    def default_experiment_name(context: Context) -> str:
+        ti = context["ti"]
+        map_index = getattr(ti, "map_index", -1)
+        return experiment_name_for(ti.dag_id, ti.task_id, context["run_id"], -1 if map_index is None else map_index)
+
+    def build_runtime_env(self, spec: ExperimentSpec, job_id: str, shipped_dirs: Sequence[str] = ()) -> dict[str, Any]:
+        runtime_env = coerce_rendered("runtime_env", self.runtime_env) if self.runtime_env else {}
+        if not isinstance(runtime_env, dict):
+            raise TypeError(f"runtime_env must be a dict, got {type(runtime_env).__name__}")
+        runtime_env = dict(runtime_env)
+        py_modules = list(runtime_env.pop("py_modules", None) or []) + list(self.py_modules or [])
+        py_modules = [*shipped_dirs, *py_modules]
+        if self.ship_engine:
+            py_modules.insert(0, engine_package_dir())
+        if py_modules:
+            runtime_env["py_modules"] = py_modules
+        if self.working_dir:
+            runtime_env["working_dir"] = self.working_dir
+        if self.pip:
+            runtime_env["pip"] = self.pip
+        env_vars = dict(runtime_env.get("env_vars") or {})
+        env_vars.update(
+            {
+                JOB_ID_ENV: job_id,
+                # Tune saves its state only on SIGINT; Ray's default stop signal is SIGTERM, then SIGKILL after 3 s.
+                "RAY_JOB_STOP_SIGNAL": "SIGINT",
+                "RAY_JOB_STOP_WAIT_TIME_S": str(self.stop_wait_s),
+            }
+        )
+        runtime_env["env_vars"] = env_vars
+        return runtime_env
