@@ -45,6 +45,8 @@ browser: venv
 	@$(PY) -c "import playwright" 2>/dev/null || $(PIP) install -q --disable-pip-version-check -c constraints.txt \
 	  "playwright>=1.40" || echo "browser: could not install playwright; the browser test skips"
 
+# RAY_AUTH_MODE=disabled is for the client processes only (a local ray.init() in token mode would write
+# ~/.ray/auth_token); the local stack's Ray nodes run with token auth on, and clients send its token.
 demo: venv
 	RAY_AUTH_MODE=disabled $(PY) demo/run.py
 

@@ -61,7 +61,7 @@ def main(stack_state: Any = None, triggers: int = 100, rounds: int = 5) -> dict[
     from ray.job_submission import JobSubmissionClient
 
     assert stack_state is not None, "run through `python -m benchmarks`, which starts a local stack"
-    client = JobSubmissionClient(stack_state.dashboard_url)
+    client = JobSubmissionClient(stack_state.dashboard_url, headers=stack_state.auth_headers)
     job_ids = [
         client.submit_job(
             entrypoint="python -c 'import time; time.sleep(120)'", submission_id=f"bench-poll-{i}-{time.time_ns()}"

@@ -56,19 +56,28 @@ def fresh_port(taken: set[int]) -> int:
     raise StackError("no free port found")
 
 
-def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
-    """Wait until ``url`` gives any HTTP answer below 500; fail early if ``proc``, the process that serves it, exits."""
+def wait_http(
+    url: str,
+    timeout: float,
+    proc: subprocess.Popen | None = None,
+    what: str = "",
+    *,
+    headers: dict[str, str] | None = None,
+    ok_below: int = 500,
+) -> None:
+    """Wait until ``url`` gives an HTTP answer below ``ok_below`` (by default any answer below 500, which means it
+    serves); fail early if ``proc``, the process that serves it, exits."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise StackError(f"{what or url} exited with code {proc.returncode} before it served")
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status < 500:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=2) as resp:
+                if resp.status < ok_below:
                     return
-        except urllib.error.HTTPError as exc:  # any HTTP answer means it serves
-            if exc.code < 500:
+        except urllib.error.HTTPError as exc:
+            if exc.code < ok_below:
                 return
             last = exc
         except OSError as exc:

@@ -48,6 +48,8 @@ class RayNodes:
     worker_cpus: int
     cluster_python: Path | None
     object_store_mb: int
+    #: Ray's token (``RAY_AUTH_MODE=token``, as Ray 2.59+ has by default), or None for a cluster without auth.
+    auth_token: str | None = None
 
     def python(self) -> str:
         """The Python the Ray nodes run: the cluster virtualenv's, or the one whose ``ray`` command is used."""
@@ -109,7 +111,7 @@ class RayNodes:
             # Only the driver needs S3 settings; jobs inherit the head's environment, as on a real cluster
             # whose nodes carry their own credentials.
             **s3_env(s3_endpoint(s3_port)),
-            "RAY_AUTH_MODE": "disabled",
+            **ray_auth_env(self.auth_token),
             # 0 keeps every node on 127.0.0.1 (else Ray rewrites it to the eth0 address); see WORKER_NODE_CLI.
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
@@ -142,10 +144,23 @@ class RayNodes:
         }
 
 
-def alive_nodes(dashboard_url: str, timeout: float = 10.0) -> dict[str, dict]:
+def ray_auth_env(token: str | None) -> dict[str, str]:
+    """Ray's auth settings for every node: token mode with the cluster's token, or auth disabled."""
+    if token is None:
+        return {"RAY_AUTH_MODE": "disabled"}
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """What a client of the dashboard sends: ``Authorization: Bearer <token>`` when the cluster has a token."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def alive_nodes(dashboard_url: str, timeout: float = 10.0, token: str | None = None) -> dict[str, dict]:
     """The ALIVE nodes of the cluster behind ``dashboard_url``, by node id (the dashboard's state API)."""
     url = f"{dashboard_url}/api/v0/nodes?limit=1000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+    request = urllib.request.Request(url, headers=auth_headers(token))
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
         body = json.load(resp)
     rows = body["data"]["result"]["result"]
     return {row["node_id"]: row for row in rows if row.get("state") == "ALIVE"}
@@ -157,6 +172,7 @@ def wait_new_node(
     timeout: float,
     proc: subprocess.Popen | None = None,
     what: str = "Ray head node",
+    token: str | None = None,
 ) -> str:
     """Wait until one ALIVE node not in ``known`` registers with the head; return its node id."""
     deadline = time.monotonic() + timeout
@@ -165,7 +181,7 @@ def wait_new_node(
         if proc is not None and proc.poll() is not None:
             raise StackError(f"{what} exited with code {proc.returncode} before it joined the cluster")
         try:
-            new = set(alive_nodes(dashboard_url)) - known
+            new = set(alive_nodes(dashboard_url, token=token)) - known
         except (OSError, ValueError, KeyError) as exc:
             last, new = exc, set()
         if len(new) == 1:
@@ -176,7 +192,10 @@ def wait_new_node(
     raise StackError(f"{what} did not join the cluster within {timeout:.0f}s ({last or 'not listed'})")
 
 
-def wait_jobs_api(dashboard_url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    """Wait until the dashboard answers, then until its Jobs API lists jobs (the job agent comes up after it)."""
+def wait_jobs_api(
+    dashboard_url: str, timeout: float, proc: subprocess.Popen | None = None, token: str | None = None
+) -> None:
+    """Wait until the dashboard answers, then until its Jobs API lists jobs (the job agent comes up after it) to a
+    client with the cluster's token."""
     wait_http(f"{dashboard_url}/api/version", timeout, proc, "Ray dashboard")
-    wait_http(f"{dashboard_url}/api/jobs/", timeout, None, "Ray Jobs API")
+    wait_http(f"{dashboard_url}/api/jobs/", timeout, None, "Ray Jobs API", headers=auth_headers(token), ok_below=400)

@@ -57,9 +57,12 @@ def create_bucket(endpoint: str, bucket: str) -> None:
 
 
 # -- Airflow -----------------------------------------------------------------------------------------------------------
-def airflow_env(airflow_home: str, dashboard_port: int) -> dict[str, str]:
-    """An Airflow home of its own, no example DAGs, and the ``ray_default`` connection to the local dashboard."""
-    conn = {"conn_type": "ray", "host": "127.0.0.1", "port": dashboard_port, "schema": "http"}
+def airflow_env(airflow_home: str, dashboard_port: int, ray_token: str | None = None) -> dict[str, str]:
+    """An Airflow home of its own, no example DAGs, and the ``ray_default`` connection to the local dashboard (with
+    Ray's token as its password when the cluster has one)."""
+    conn: dict[str, object] = {"conn_type": "ray", "host": "127.0.0.1", "port": dashboard_port, "schema": "http"}
+    if ray_token:
+        conn["password"] = ray_token
     return {
         "AIRFLOW_HOME": airflow_home,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

@@ -18,6 +18,7 @@ state file that ``python -m airflow_tune.local`` works from).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -81,6 +82,9 @@ class LocalStack:
         folder each, the S3 settings and Ray's, and nothing else of this process's environment.
     :param object_store_mb: cap on each worker node's (and, with workers, the head's) object store, in MiB.
     :param airflow_home: the Airflow home to prepare (default ``root/airflow``).
+    :param auth: Ray's token auth, on by default as in Ray 2.59+: every node runs with ``RAY_AUTH_MODE=token`` and a
+        token of this stack's own (``state.auth_token``), which clients send as ``Authorization: Bearer``; the
+        ``ray_default`` connection carries it as its password. ``False`` starts a cluster without auth.
     """
 
     STATE_FILE = STATE_FILE
@@ -99,6 +103,7 @@ class LocalStack:
         cluster_python: str | os.PathLike[str] | None = None,
         object_store_mb: int = 256,
         airflow_home: str | os.PathLike[str] | None = None,
+        auth: bool = True,
     ) -> None:
         self.root = Path(root).resolve()
         self.outlive_owner = outlive_owner
@@ -112,6 +117,8 @@ class LocalStack:
         self.object_store_mb = object_store_mb
         self.airflow_home = Path(airflow_home).resolve() if airflow_home else self.root / "airflow"
         self.state: StackState | None = None
+        # Token auth on, as Ray 2.59+ has by default: a token of this stack's own, for every node and client.
+        self.auth_token = secrets.token_hex(24) if auth else None
         self._processes = Processes(self.root / "logs", outlive_owner=outlive_owner)
         self._ports: set[int] = set()
         self._nodes = RayNodes(
@@ -123,6 +130,7 @@ class LocalStack:
             worker_cpus=worker_cpus,
             cluster_python=self.cluster_python,
             object_store_mb=object_store_mb,
+            auth_token=self.auth_token,
         )
         self._workers: dict[int, subprocess.Popen] = {}
 
@@ -164,14 +172,15 @@ class LocalStack:
                 bucket=self.bucket,
                 airflow_home=str(airflow_home),
                 cluster_python=str(self.cluster_python) if self.cluster_python else None,
+                auth_token=self.auth_token,
             )
             wait_http(f"{self.state.s3_endpoint}/", 30, s3_proc, "S3 endpoint")
             create_bucket(self.state.s3_endpoint, self.bucket)
             if self.airflow:
                 prepare_airflow_home(airflow_home, self.state.airflow_env())
-            wait_jobs_api(self.state.dashboard_url, timeout, ray_proc)
+            wait_jobs_api(self.state.dashboard_url, timeout, ray_proc, token=self.auth_token)
             if self.workers:
-                self.state.head_node_id = wait_new_node(self.state.dashboard_url, set(), timeout)
+                self.state.head_node_id = wait_new_node(self.state.dashboard_url, set(), timeout, token=self.auth_token)
                 for index in range(self.workers):
                     self.start_worker(index, timeout=timeout)
             write_state(self.root, self.state)
@@ -220,7 +229,7 @@ class LocalStack:
             shutil.rmtree(state.worker_temp_dirs[index], ignore_errors=True)
             state.worker_pids[index] = proc.pid
             state.worker_temp_dirs[index] = temp_dir
-        node_id = wait_new_node(state.dashboard_url, known, timeout, proc, f"Ray worker node {index}")
+        node_id = wait_new_node(state.dashboard_url, known, timeout, proc, f"Ray worker node {index}", self.auth_token)
         state.worker_node_ids[index] = node_id
         write_state(self.root, state)
         return node_id
@@ -245,4 +254,4 @@ class LocalStack:
     def alive_nodes(self) -> dict[str, dict]:
         """The cluster's ALIVE nodes, by node id, as the dashboard's state API lists them."""
         assert self.state is not None
-        return alive_nodes(self.state.dashboard_url)
+        return alive_nodes(self.state.dashboard_url, token=self.auth_token)

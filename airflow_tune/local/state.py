@@ -39,6 +39,9 @@ class StackState:
     #: When each recorded process started (``psutil``'s create time, by pid), so ``down`` stops a recorded pid only
     #: while it is still the process the stack started: after a reboot the same pid may be anybody's.
     started_at: dict[str, float] = field(default_factory=dict)
+    #: Ray's token: every node runs in token mode with it, and clients send it (the ``ray_default`` connection's
+    #: password); None for a stack started with ``auth=False``.
+    auth_token: str | None = None
 
     @property
     def dashboard_url(self) -> str:
@@ -56,10 +59,20 @@ class StackState:
         return s3_env(self.s3_endpoint)
 
     def airflow_env(self) -> dict[str, str]:
-        return airflow_env(self.airflow_home, self.dashboard_port)
+        return airflow_env(self.airflow_home, self.dashboard_port, self.auth_token)
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The headers a client of the dashboard sends (``Authorization: Bearer <token>``, or none)."""
+        return {"Authorization": f"Bearer {self.auth_token}"} if self.auth_token else {}
+
+    def __repr__(self) -> str:  # never the token
+        auth = "token" if self.auth_token else "off"
+        return f"StackState(root={self.root!r}, dashboard={self.dashboard_url}, auth={auth})"
 
     def env(self) -> dict[str, str]:
-        """Environment for clients of the stack: Ray Jobs, S3 and Airflow."""
+        """Environment for clients of the stack: Ray Jobs, S3 and Airflow. The token reaches Airflow only as the
+        ``ray_default`` connection's password, as in production; a client process stays out of Ray's token mode."""
         return {
             **self.s3_env(),
             **self.airflow_env(),

@@ -67,7 +67,7 @@ def _submit_probe(state: Any, folder: Path) -> dict:
     from ray.job_submission import JobSubmissionClient
 
     (folder / "probe.py").write_text(PROBE)
-    client = JobSubmissionClient(state.dashboard_url)
+    client = JobSubmissionClient(state.dashboard_url, headers=state.auth_headers)
     job_id = client.submit_job(entrypoint="python probe.py", runtime_env={"working_dir": str(folder)})
     status = wait_for(
         lambda: (s := str(client.get_job_status(job_id)).split(".")[-1]) in ("SUCCEEDED", "FAILED", "STOPPED") and s,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.error
 import urllib.request
 
 import pytest
@@ -15,9 +16,14 @@ from tests.support.processes import alive, tree
 def _serves(state) -> None:
     import boto3
 
-    with urllib.request.urlopen(f"{state.dashboard_url}/api/version", timeout=10) as resp:
+    request = urllib.request.Request(f"{state.dashboard_url}/api/version", headers=state.auth_headers)
+    with urllib.request.urlopen(request, timeout=10) as resp:
         version = json.load(resp)
     assert version["ray_version"] == "2.60.0"
+    if state.auth_token:  # token auth is on by default, as in Ray 2.59+: no token, no answer
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{state.dashboard_url}/api/version", timeout=10)
+        assert refused.value.code == 401
     s3 = boto3.client("s3", endpoint_url=state.s3_endpoint, region_name="us-east-1", **_keys(state))
     s3.put_object(Bucket=state.bucket, Key="probe/hello.txt", Body=b"hello")
     assert s3.get_object(Bucket=state.bucket, Key="probe/hello.txt")["Body"].read() == b"hello"
@@ -45,6 +51,23 @@ def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
     assert started and alive(started) == set()
     assert not (tmp_path / "s" / "stack.json").exists()
     assert not os.path.exists(ray_temp_dir)
+
+
+def test_a_stack_without_auth_serves_clients_that_send_no_token_and_runs_a_job(tmp_path, monkeypatch):
+    """The one cluster of the suite with Ray's auth disabled: everything works without a token there too."""
+    from airflow_tune.hooks.ray import RayHook
+    from tests.support.engine_jobs import wait
+
+    with LocalStack(tmp_path / "noauth", airflow=False, auth=False) as state:
+        assert state.auth_token is None and state.auth_headers == {}
+        _serves(state)
+        for key, value in state.env().items():
+            monkeypatch.setenv(key, value)
+        assert "password" not in json.loads(os.environ["AIRFLOW_CONN_RAY_DEFAULT"])
+        hook = RayHook()
+        job_id = hook.submit_job(entrypoint="python -c \"print('no auth')\"", submission_id="noauth-1")
+        assert wait(state, job_id, timeout=60) == "SUCCEEDED"
+        assert "no auth" in hook.get_job_logs(job_id)
 
 
 def test_cli_up_env_down(tmp_path):

@@ -24,7 +24,7 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 def client(stack: Any):
     from ray.job_submission import JobSubmissionClient
 
-    return JobSubmissionClient(stack.dashboard_url)
+    return JobSubmissionClient(stack.dashboard_url, headers=stack.auth_headers)
 
 
 def submit(stack: Any, spec: dict[str, Any], *, env: dict[str, str] | None = None, job_id: str | None = None) -> str:

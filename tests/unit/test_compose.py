@@ -230,7 +230,12 @@ def test_the_ray_connection_parses_with_the_hooks_parser_and_points_at_the_head(
     head = services["ray-head"]["command"]
     assert f"--dashboard-port={endpoint.url.rsplit(':', 1)[1]}" in head and "--dashboard-host=0.0.0.0" in head
     assert endpoint.url == "http://ray-head:8265"
-    assert "password" not in json.loads(value), "a token would come from docker/.env"
+    # Ray's token auth is on: the connection's password is the token every Ray node runs with, from docker/.env.
+    assert json.loads(value)["password"] == "${RAY_AUTH_TOKEN}"
+    for name in ("ray-head", "ray-worker-1", "ray-worker-2"):
+        env = _environment(services[name])
+        assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"] == "${RAY_AUTH_TOKEN}", name
+    assert "RAY_AUTH_TOKEN" in services["ray-head"]["healthcheck"]["test"][-1]
 
 
 def test_both_sides_reach_the_same_s3_and_the_example_dags_are_mounted(services):
