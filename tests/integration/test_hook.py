@@ -42,7 +42,8 @@ def hook(stack) -> Iterator[RayHook]:
     """A connection with a default runtime_env and metadata, to see them merged under a job's own."""
     extra = {"runtime_env": {"env_vars": {"FROM_CONN": "conn", "SHARED": "conn"}}, "metadata": {"suite": "hook-it"}}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(*_conn_env(CONN_ID, host="127.0.0.1", port=stack.dashboard_port, extra=extra))
+        conn = {"host": "127.0.0.1", "port": stack.dashboard_port, "password": stack.auth_token, "extra": extra}
+        mp.setenv(*_conn_env(CONN_ID, **conn))
         yield RayHook(ray_conn_id=CONN_ID)
 
 
@@ -67,6 +68,12 @@ def test_test_connection_ok(hook):
     ok, message = hook.test_connection()
     assert ok, message
     assert "Connected to Ray 2.60" in message and hook.dashboard_url in message
+
+
+def test_a_connection_without_the_clusters_token_is_refused_naming_the_password(stack, monkeypatch):
+    monkeypatch.setenv(*_conn_env("ray_no_token", host="127.0.0.1", port=stack.dashboard_port))
+    ok, message = RayHook(ray_conn_id="ray_no_token").test_connection()
+    assert not ok and "rejected the credentials (HTTP 401)" in message and "password" in message, message
 
 
 def test_test_connection_dead_port_says_so(monkeypatch):
