@@ -221,13 +221,19 @@ def result_mismatch(manifest: Any, spec: Any) -> str | None:
     if owner_differs(manifest.get("owner"), spec.owner):
         return f"it belongs to {describe_owner(manifest.get('owner'))}"
     checkpoint = manifest.get("best_checkpoint_uri")
-    if checkpoint is not None and not (
-        isinstance(checkpoint, str)
-        and checkpoint.startswith(spec.experiment_uri.rstrip("/") + "/")
-        and "/../" not in f"{checkpoint}/"
-    ):
+    if checkpoint is not None and not inside_experiment(checkpoint, spec.experiment_uri):
         return "its best checkpoint lies outside the experiment"
     return None
+
+
+def inside_experiment(uri: Any, experiment_uri: Any) -> bool:
+    """Whether ``uri`` (a checkpoint's) lies below ``experiment_uri``, at a path-segment boundary, with no ``.`` or
+    ``..`` segment: deploy tasks unpickle a checkpoint, so only one the experiment wrote is handed on."""
+    if not (isinstance(uri, str) and isinstance(experiment_uri, str) and experiment_uri):
+        return False
+    if not uri.startswith(experiment_uri.rstrip("/") + "/"):
+        return False
+    return not {".", ".."} & set(uri.split("://", 1)[-1].split("/"))
 
 
 def xcom_result(manifest: Mapping[str, Any], job_id: str | None, dashboard_url: str | None) -> dict[str, Any]:

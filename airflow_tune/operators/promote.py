@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator, SkipMixin
 
 from airflow_tune import jsonsafe
+from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import AirflowTuneException
 from airflow_tune.registry import CHAMPION_FILE, read_champion, registry_asset, s3_client, split_s3_uri
 
@@ -95,12 +96,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         if result.get("mode") not in ("min", "max"):
             raise ValueError(f"result['mode'] = {result.get('mode')!r}: the experiment's mode must be 'min' or 'max'")
         checkpoint, experiment_uri = result.get("best_checkpoint_uri"), str(result.get("experiment_uri") or "")
-        if checkpoint and not (
-            experiment_uri
-            and isinstance(checkpoint, str)
-            and checkpoint.startswith(experiment_uri.rstrip("/") + "/")
-            and not {".", ".."} & set(checkpoint.split("/")[3:])
-        ):
+        if checkpoint and not inside_experiment(checkpoint, experiment_uri):
             # The checkpoint is unpickled by deploy tasks: only one the experiment wrote is promoted.
             raise ValueError(
                 f"result['best_checkpoint_uri'] = {str(checkpoint)[:300]!r} lies outside result['experiment_uri'] = "
