@@ -45,7 +45,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test by its folder, so ``-m unit`` / ``-m integration`` / ``-m e2e`` select as expected."""
     for item in items:
-        for kind in ("unit", "integration", "e2e"):
+        for kind in ("unit", "integration", "e2e", "compat"):
             if f"{os.sep}{kind}{os.sep}" in str(item.fspath):
                 item.add_marker(getattr(pytest.mark, kind))
 

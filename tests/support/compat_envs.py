@@ -1,0 +1,31 @@
+"""Where the compatibility tier's environments are (``make compat-envs``; the Makefile passes their paths)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COMPAT_DIR = Path(os.environ.get("AIRFLOW_TUNE_COMPAT_DIR", REPO_ROOT / ".compat"))
+#: The Ray releases with a cluster virtualenv of their own, oldest first.
+RAY_RELEASES = os.environ.get("AIRFLOW_TUNE_COMPAT_RAY", "2.43.0 2.50.1").split()
+AIRFLOW_RELEASE = os.environ.get("AIRFLOW_TUNE_COMPAT_AIRFLOW", "3.1.8")
+
+
+def _python(folder: str) -> Path:
+    python = COMPAT_DIR / folder / "bin" / "python"
+    if not (COMPAT_DIR / folder / ".installed").exists() or not os.access(python, os.X_OK):
+        pytest.fail(f"no compatibility environment at {python.parent.parent}: build it with `make compat-envs`")
+    return python
+
+
+def ray_cluster_python(release: str) -> Path:
+    """The Python of the cluster virtualenv of Ray ``release``; fails the test (never skips) when it was not built."""
+    return _python(f"ray-{release}")
+
+
+def airflow_python() -> Path:
+    """The Python of the oldest supported Airflow's environment (the provider without its ``ray`` extra)."""
+    return _python(f"airflow-{AIRFLOW_RELEASE}")
