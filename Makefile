@@ -35,10 +35,13 @@ COMPAT_AIRFLOW ?= 3.1.8
 COMPAT_AIRFLOW_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10.*/bin/python3.10) \
   $(shell command -v python3.10) python3.10)
 COMPAT_AIRFLOW_STAMP := $(COMPAT)/airflow-$(COMPAT_AIRFLOW)/.installed
+# And the oldest supported Ray on the Airflow side (with the newest Airflow: the Airflow end is the env above).
+COMPAT_SIDE_RAY ?= 2.43.0
+COMPAT_SIDE_RAY_STAMP := $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)/.installed
 COMPAT_ENV := AIRFLOW_TUNE_COMPAT_DIR=$(abspath $(COMPAT)) AIRFLOW_TUNE_COMPAT_RAY="$(COMPAT_RAY_RELEASES)" \
-  AIRFLOW_TUNE_COMPAT_AIRFLOW=$(COMPAT_AIRFLOW)
+  AIRFLOW_TUNE_COMPAT_AIRFLOW=$(COMPAT_AIRFLOW) AIRFLOW_TUNE_COMPAT_SIDE_RAY=$(COMPAT_SIDE_RAY)
 
-compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMP)
+compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMP) $(COMPAT_SIDE_RAY_STAMP)
 
 $(COMPAT)/ray-%/.installed: docker/requirements-ray.txt | $(STAMP)
 	rm -rf $(COMPAT)/ray-$*
@@ -52,6 +55,15 @@ $(COMPAT_AIRFLOW_STAMP): pyproject.toml | $(STAMP)
 	$(UV) venv -q --no-python-downloads --python $(COMPAT_AIRFLOW_PYTHON) $(COMPAT)/airflow-$(COMPAT_AIRFLOW)
 	$(UV) pip install -q --python $(COMPAT)/airflow-$(COMPAT_AIRFLOW)/bin/python \
 	  "apache-airflow==$(COMPAT_AIRFLOW)" -e ".[test]"
+	rm -rf airflow_tune.egg-info
+	touch $@
+
+$(COMPAT_SIDE_RAY_STAMP): pyproject.toml constraints.txt | $(STAMP)
+	rm -rf $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)
+	$(UV) venv -q --no-python-downloads --python $(PYTHON) $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)
+	$(UV) pip install -q --python $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)/bin/python \
+	  "apache-airflow==$$(grep '^apache-airflow==' constraints.txt | cut -d= -f3)" "ray[tune]==$(COMPAT_SIDE_RAY)" \
+	  -e ".[ray,test]"
 	rm -rf airflow_tune.egg-info
 	touch $@
 

@@ -29,3 +29,12 @@ def ray_cluster_python(release: str) -> Path:
 def airflow_python() -> Path:
     """The Python of the oldest supported Airflow's environment (the provider without its ``ray`` extra)."""
     return _python(f"airflow-{AIRFLOW_RELEASE}")
+
+
+#: The oldest supported Ray on the Airflow side, in an environment of the newest supported Airflow.
+SIDE_RAY_RELEASE = os.environ.get("AIRFLOW_TUNE_COMPAT_SIDE_RAY", "2.43.0")
+
+
+def airflow_side_ray_python() -> Path:
+    """The Python of the Airflow environment whose Ray (the provider's ``ray`` extra) is the oldest supported one."""
+    return _python(f"airflow-side-ray-{SIDE_RAY_RELEASE}")
