@@ -192,20 +192,20 @@ class RayHook(BaseHook):
             ) from None
 
     def check_ray_version(self) -> str:
-        """Return the cluster's Ray version; raise RayConnectionError when it is not the Ray version of this side.
+        """Return the cluster's Ray version; raise RayConnectionError when it is outside the supported range.
 
-        The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Ray and is
-        built and tested against the Ray this side runs, so the two must be the same version.
+        The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Ray, and is
+        tested on every release of :data:`airflow_tune.versions.SUPPORTED_RAY`; this side's Ray plays no part here.
         """
-        from importlib.metadata import version
+        from airflow_tune.versions import ray_version_problem
 
-        here = version("ray")
         there = self.get_ray_version()
-        if there != here:
+        problem = ray_version_problem(there)
+        if problem:
             raise RayConnectionError(
-                f"The Ray cluster at {self.endpoint.url} runs Ray {there}, but this Airflow side runs Ray {here}: "
-                f"airflow-tune needs the same Ray version on both sides (its engine runs on the cluster with the "
-                f"cluster's Ray). Run Ray {here} on the cluster; nothing was submitted."
+                f"The Ray cluster at {self.endpoint.url} runs Ray {there}, which airflow-tune cannot run its engine "
+                f"on: {problem}. Run a Ray release in that range on the cluster, or point the connection at a cluster "
+                "that does; nothing was written or submitted."
             )
         return there
 
@@ -236,7 +236,7 @@ class RayHook(BaseHook):
         :param metadata: the job's metadata, laid over the connection's default; values become strings.
         :param entrypoint_num_cpus: CPUs reserved for the driver.
         :param entrypoint_resources: custom resources reserved for the driver.
-        :param same_ray_version: first refuse a cluster whose Ray version differs from this side's
+        :param same_ray_version: first refuse a cluster whose Ray version is outside the supported range
             (:meth:`check_ray_version`), so a mismatch fails before anything is submitted.
         """
         endpoint = self.endpoint

@@ -1,7 +1,9 @@
-"""The cluster must run the Ray version of the Airflow side: the engine runs there with the cluster's Ray.
+"""The cluster must run a Ray release of the supported range (airflow_tune.versions): the engine runs there with the
+cluster's Ray.
 
-A dashboard on loopback answers like a Ray dashboard of another version: the operator fails before anything is
-submitted, saying both versions. (The real clusters of the other tests run the same version; their jobs run.)"""
+A dashboard on loopback answers like a Ray dashboard of a given version: outside the range, the operator and the
+hook's submit_job fail before anything is written or submitted, naming the cluster's version and the range; inside
+it, whatever this side's Ray, the check passes. (The compat tier runs real jobs on Ray 2.43 and 2.50 clusters.)"""
 
 from __future__ import annotations
 
@@ -9,15 +11,16 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
-from importlib.metadata import version
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+from packaging.version import Version
 
 from airflow_tune.exceptions import RayConnectionError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
+from airflow_tune.versions import SUPPORTED_RAY
 from tests.support.json_http import JsonHandler
 
 
@@ -79,23 +82,39 @@ def _context() -> dict:
     return {"ti": ti, "run_id": "manual__version-check"}
 
 
-def test_the_operator_refuses_a_cluster_of_another_ray_version_before_submitting(dashboard):
-    here = version("ray")
-    assert here == "2.60.0"
-    with mock.patch("airflow_tune.storage.read_json_or_none", return_value=None):  # no finished experiment
-        with pytest.raises(RayConnectionError) as caught:
-            _operator().execute(_context())  # type: ignore[arg-type]
+@pytest.mark.parametrize("cluster_ray", ["2.42.1", "2.61.0", "2.61.0rc1"])
+def test_the_operator_refuses_a_cluster_outside_the_range_before_writing_or_submitting(dashboard, cluster_ray):
+    dashboard.ray_version = cluster_ray
+    with (
+        mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),  # no finished experiment
+        mock.patch("airflow_tune.storage.write_bytes") as write_bytes,
+        mock.patch("airflow_tune.storage.write_json") as write_json,
+        pytest.raises(RayConnectionError) as caught,
+    ):
+        _operator().execute(_context())  # type: ignore[arg-type]
     message = str(caught.value)
-    assert f"runs Ray 2.59.0, but this Airflow side runs Ray {here}" in message
-    assert "nothing was submitted" in message
+    assert f"runs Ray {cluster_ray}" in message
+    assert ("older" if Version(cluster_ray) < Version(SUPPORTED_RAY[0]) else "newer") in message
+    assert ">=2.43.0,<2.61" in message and "2.43.0 to 2.60.x" in message
+    assert "Run a Ray release in that range on the cluster" in message
+    assert "nothing was written or submitted" in message
+    assert not write_bytes.called and not write_json.called
     assert ("GET", "/api/version") in dashboard.seen
     assert not [r for r in dashboard.seen if r[0] != "GET"], dashboard.seen
 
 
-def test_the_hook_reads_the_version_and_accepts_its_own(dashboard):
-    dashboard.ray_version = version("ray")
+def test_submit_job_refuses_a_cluster_outside_the_range_before_posting(dashboard):
+    dashboard.ray_version = "2.40.0"
+    with pytest.raises(RayConnectionError, match=r"runs Ray 2\.40\.0.*older"):
+        RayHook(ray_conn_id="ray_other_version").submit_job(entrypoint="echo hi", submission_id="nothing-posted")
+    assert not [r for r in dashboard.seen if r[0] != "GET"], dashboard.seen
+
+
+@pytest.mark.parametrize("cluster_ray", ["2.43.0", "2.50.1", "2.59.0", "2.60.0", "2.60.3"])
+def test_the_hook_accepts_every_release_of_the_range_whatever_this_side_runs(dashboard, cluster_ray):
+    dashboard.ray_version = cluster_ray
     hook = RayHook(ray_conn_id="ray_other_version")
-    assert hook.get_ray_version() == hook.check_ray_version() == version("ray")
+    assert hook.get_ray_version() == hook.check_ray_version() == cluster_ray
 
 
 def test_a_dashboard_that_does_not_say_its_ray_version_is_refused_clearly(dashboard):

@@ -1,0 +1,39 @@
+"""The Ray releases a cluster may run: the engine (``airflow_tune.engine``, run there by the cluster's Python with
+the cluster's Ray) is tested on each of them. Imports no Ray: the Airflow side checks a cluster before submitting."""
+
+from __future__ import annotations
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+__all__ = ["SUPPORTED_RAY", "describe_supported_ray", "ray_version_problem"]
+
+#: Ray on the cluster: at least the first (inclusive), below the second (exclusive). 2.43 is the first release whose
+#: ``ray.tune`` exports ``RunConfig``, ``CheckpointConfig`` and ``get_checkpoint``; 2.60 the last one tested.
+SUPPORTED_RAY = ("2.43.0", "2.61")
+
+
+def describe_supported_ray() -> str:
+    """The supported range in words, e.g. ``Ray 2.43.0 to 2.60.x (>=2.43.0,<2.61)``."""
+    low, high = SUPPORTED_RAY
+    top = Version(high)
+    last = f"{top.major}.{top.minor - 1}.x" if top.minor else f"below {high}"
+    return f"Ray {low} to {last} (>={low},<{high})"
+
+
+def ray_version_problem(version: str) -> str | None:
+    """Why a cluster running Ray ``version`` cannot run the engine, or None when the version is supported.
+
+    The range reads as pip reads ``>=2.43.0,<2.61``: a pre-release of a supported release is in it (``2.50.0rc1``),
+    but not ``2.43.0rc1`` (before 2.43.0) nor ``2.61.0rc1`` (a pre-release of the excluded 2.61); nor a nightly
+    build (``3.0.0.dev0``).
+    """
+    low, high = SUPPORTED_RAY
+    try:
+        parsed = Version(str(version).strip())
+    except InvalidVersion:
+        return f"its Ray version {version!r} is not a version number; airflow-tune supports {describe_supported_ray()}"
+    if SpecifierSet(f">={low},<{high}").contains(parsed, prereleases=True):
+        return None
+    side = "older" if parsed < Version(low) else "newer"
+    return f"Ray {version} is {side} than airflow-tune supports ({describe_supported_ray()})"

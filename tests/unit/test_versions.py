@@ -1,0 +1,57 @@
+"""The supported range of the cluster's Ray (airflow_tune.versions): pure logic, read as pip reads >=2.43.0,<2.61."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from airflow_tune.versions import SUPPORTED_RAY, describe_supported_ray, ray_version_problem
+
+
+def test_the_range_is_the_one_the_ray_extra_installs():
+    assert SUPPORTED_RAY == ("2.43.0", "2.61")
+    assert describe_supported_ray() == "Ray 2.43.0 to 2.60.x (>=2.43.0,<2.61)"
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["2.43.0", "2.43.1", "2.44.0", "2.50.1", "2.50.0rc1", "2.59.0", "2.60.0", "2.60.9", "2.60.0.post1", " 2.60.0 "],
+)
+def test_inside_the_range_and_at_its_lower_end(version):
+    assert ray_version_problem(version) is None
+
+
+@pytest.mark.parametrize(
+    ("version", "side"),
+    [
+        ("2.42.1", "older"),
+        ("2.43.0rc1", "older"),  # a pre-release of 2.43.0 comes before it
+        ("2.43.0.dev0", "older"),
+        ("2.40.0", "older"),
+        ("1.13.1", "older"),
+        ("2.61", "newer"),  # the upper end is excluded
+        ("2.61.0", "newer"),
+        ("2.61.0rc1", "newer"),  # a pre-release of the excluded release, as pip's <2.61 excludes it
+        ("2.61.0.dev0", "newer"),
+        ("3.0.0.dev0", "newer"),  # Ray's nightly wheels
+        ("3.0.0", "newer"),
+    ],
+)
+def test_outside_both_ends(version, side):
+    problem = ray_version_problem(version)
+    assert problem == f"Ray {version} is {side} than airflow-tune supports (Ray 2.43.0 to 2.60.x (>=2.43.0,<2.61))"
+
+
+@pytest.mark.parametrize("version", ["", "junk", "2.60.0-custom+build!x", "v", "None", "2..60"])
+def test_garbage_is_a_problem_naming_the_value_and_the_range(version):
+    problem = ray_version_problem(version)
+    assert problem is not None
+    assert repr(version) in problem and "not a version number" in problem and ">=2.43.0,<2.61" in problem
+
+
+def test_the_module_imports_no_ray():
+    code = "import sys, airflow_tune.versions; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
