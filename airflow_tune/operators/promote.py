@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, BaseOperator, SkipMixin
+from airflow.sdk import Asset, BaseOperator
 
 from airflow_tune import jsonsafe
+from airflow_tune.compat import SkipMixin
 from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import AirflowTuneException
 from airflow_tune.registry import CHAMPION_FILE, read_champion, registry_asset, s3_client, split_s3_uri

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from airflow_tune import reconcile
+from airflow_tune.compat import AirflowSensorTimeout
 from airflow_tune.contract import (
     METADATA_EXPERIMENT_URI,
     PROGRESS_FILE,
