@@ -132,6 +132,7 @@ def _forward_to_tune(signum: int, frame: Any) -> None:
 def run(spec: ExperimentSpec) -> int:
     import ray
 
+    from airflow_tune.engine import compat
     from airflow_tune.engine.build import build_tuner
     from airflow_tune.engine.feasibility import FeasibilityCallback
     from airflow_tune.engine.history import HistoryCallback
@@ -157,7 +158,7 @@ def run(spec: ExperimentSpec) -> int:
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     grid = tuner.fit()
-    unfinished = callback.unfinished_trials(_trials_of(tuner))
+    unfinished = callback.unfinished_trials(compat.tuner_trials(tuner))
     if unfinished:
         elapsed = time.monotonic() - started
         shown = ", ".join(unfinished[:10]) + (f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else "")
@@ -193,13 +194,6 @@ def failure_reason(spec: ExperimentSpec, manifest: dict[str, Any]) -> str | None
     if manifest["best_trial_id"] is None:
         return f"no trial reported the metric {spec.metric!r}; check the trainable's tune.report"
     return None
-
-
-def _trials_of(tuner: Any) -> list[Any] | None:
-    """The experiment's trials as Tune left them, or None when the Tuner's internals differ from 2.60's."""
-    analysis = getattr(tuner.get_results(), "_experiment_analysis", None)
-    trials = getattr(analysis, "trials", None)
-    return list(trials) if trials is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:

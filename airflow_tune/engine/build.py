@@ -15,12 +15,11 @@ from ray import tune
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from airflow_tune import storage
+from airflow_tune.engine import compat
 from airflow_tune.engine.imports import EngineError, import_path, resolve_allow_listed
 from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
 
 # --- search space -------------------------------------------------------------------------------------------------
-#: Where the optional log base sits in the arguments of the log primitives.
-_LOG_BASE_AT = {"loguniform": 2, "qloguniform": 3, "lograndint": 2, "qlograndint": 3}
 
 
 def build_domain(node: Any) -> Any:
@@ -44,10 +43,7 @@ def build_domain(node: Any) -> Any:
     if name == "sample_from":
         fn = import_path(args, "sample_from")
         return tune.sample_from(fn)
-    positional = list(args.values()) if isinstance(args, Mapping) else list(args)
-    if name in _LOG_BASE_AT and len(positional) > _LOG_BASE_AT[name]:
-        # A log-uniform distribution is the same in any base; Ray 2.60 deprecates the argument (and warns).
-        positional = positional[: _LOG_BASE_AT[name]]
+    positional = compat.log_domain_args(name, list(args.values()) if isinstance(args, Mapping) else list(args))
     if name == "randn":
         return tune.randn(*positional)
     return getattr(tune, name)(*positional)
@@ -168,15 +164,17 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
     from ray.tune import schedulers
 
     name = SCHEDULER_ALIASES.get(str(sched.name).lower(), str(sched.name).lower())
+    what = f"scheduler {sched.name!r}"
     if name == "fifo":
         return schedulers.FIFOScheduler()
     if name == "asha":
-        return schedulers.ASHAScheduler(**args)
+        return _construct(schedulers.ASHAScheduler, args, what)
     if name == "hyperband":
-        return schedulers.HyperBandScheduler(**args)
+        return _construct(schedulers.HyperBandScheduler, args, what)
     if name == "median_stopping_rule":
-        return schedulers.MedianStoppingRule(**args)
+        return _construct(schedulers.MedianStoppingRule, args, what)
     if name == "pbt":
+        compat.check_arguments(schedulers.PopulationBasedTraining, args, what)
         mutations = {
             k: (v if isinstance(v, list) else build_domain(v)) for k, v in args.pop("hyperparam_mutations").items()
         }
@@ -185,8 +183,14 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
         _require_package("sklearn", "the pb2 scheduler", "scikit-learn")
         from ray.tune.schedulers.pb2 import PB2
 
-        return PB2(**args)
+        return _construct(PB2, args, what)
     raise EngineError(f"unknown scheduler {sched.name!r}")  # pragma: no cover - the spec rejects it
+
+
+def _construct(cls: Any, args: dict[str, Any], what: str, **more: Any) -> Any:
+    """``cls(**more, **args)`` once the cluster's Ray is known to take every argument (see :mod:`.compat`)."""
+    compat.check_arguments(cls, {**more, **args}, what)
+    return cls(**more, **args)
 
 
 def concurrency_limit(spec: ExperimentSpec) -> int | None:
@@ -219,19 +223,20 @@ def build_search(spec: ExperimentSpec) -> Any:
 
             if limit:
                 args.setdefault("max_concurrent", limit)
-            return BasicVariantGenerator(points_to_evaluate=points, **args)
+            return _construct(BasicVariantGenerator, args, f"search {search.name!r}", points_to_evaluate=points)
+        what = f"search {search.name!r}"
         if name == "optuna":
             from ray.tune.search.optuna import OptunaSearch
 
-            searcher = OptunaSearch(points_to_evaluate=points, **args)
+            searcher = _construct(OptunaSearch, args, what, points_to_evaluate=points)
         elif name == "hyperopt":
             from ray.tune.search.hyperopt import HyperOptSearch
 
-            searcher = HyperOptSearch(points_to_evaluate=points, **args)
+            searcher = _construct(HyperOptSearch, args, what, points_to_evaluate=points)
         elif name == "bayesopt":
             from ray.tune.search.bayesopt import BayesOptSearch
 
-            searcher = BayesOptSearch(points_to_evaluate=points, **args)
+            searcher = _construct(BayesOptSearch, args, what, points_to_evaluate=points)
         else:  # pragma: no cover - the spec rejects it
             raise EngineError(f"unknown search algorithm {search.name!r}")
     if limit:
@@ -328,7 +333,7 @@ def refuse_tune_code(data: Mapping[str, Any]) -> None:
         )
 
 
-#: Credentials Ray Tune 2.60 copies from the driver's environment into every trial's runtime_env.
+#: Credentials Ray Tune (2.43 to 2.60) copies from the driver's environment into every trial's runtime_env.
 PROPAGATED_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN")
 
 
@@ -339,10 +344,7 @@ def keep_credentials_out_of_trials() -> None:
     the cluster's secret key in a log anyone with the dashboard's log viewer can read. Trials take credentials from
     their node instead, as the driver does (instance role, web identity, or the node's environment).
     """
-    from ray.tune.execution import class_cache
-
-    for name in PROPAGATED_CREDENTIALS:
-        class_cache.ENV_VARS_TO_PROPAGATE.discard(name)
+    compat.stop_propagating(PROPAGATED_CREDENTIALS)
 
 
 def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner, bool]:
@@ -376,10 +378,7 @@ def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner,
 
 
 def _replace_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
-    internal = getattr(tuner, "_local_tuner", None)
-    run_config = getattr(internal, "_run_config", None)
-    if run_config is None:
-        raise EngineError("cannot attach progress tracking to the restored experiment (Tuner internals changed)")
+    run_config = compat.tuner_run_config(tuner)
     own = tuple(type(cb) for cb in callbacks)
     kept = [cb for cb in (run_config.callbacks or []) if not isinstance(cb, own)]
     run_config.callbacks = kept + callbacks

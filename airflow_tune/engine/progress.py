@@ -23,6 +23,7 @@ from ray import tune
 
 from airflow_tune import jsonsafe, storage
 from airflow_tune.contract import LOG_MARK, PROGRESS_FILE, TRIALS_FILE, manifest_uri
+from airflow_tune.engine import compat
 from airflow_tune.spec import ExperimentSpec
 
 TOP_TRIALS = 10
@@ -31,9 +32,9 @@ TABLE_ROWS = 12
 #: Rows of result.json's ``trials``: the best trials by the metric, then errored ones (every row is in trials.json).
 RESULT_TOP_TRIALS = 20
 RESULT_ERRORED_TRIALS = 20
-#: The Ray node a trial's last result came from. Tune 2.60 reports only ``node_ip`` and ``hostname``, which nodes
-#: may share; the callback adds the node id of the trial's actor to its results (Tune lets callbacks change results
-#: in place), so it lives in the trial's last result, the experiment state (it survives a restore) and the manifest.
+#: The Ray node a trial's last result came from. Tune reports only ``node_ip`` and ``hostname``, which nodes may
+#: share; the callback adds the node id of the trial's actor to its results (:func:`.compat.add_to_result`), so it
+#: lives in the trial's last result, the experiment state (it survives a restore) and the manifest.
 NODE_ID = "node_id"
 
 
@@ -86,6 +87,7 @@ class ProgressCallback(tune.Callback):
         # Node ids of trial actors, looked up once per actor in a thread of their own: a state-API call in Tune's
         # driver loop would slow every trial start.
         self._actor_nodes: dict[str, Future[str | None]] = {}
+        self._trial_nodes: dict[str, str] = {}  # the node id last seen in each trial's results
         self._lookups: ThreadPoolExecutor | None = None
 
     # -- Tune hooks -------------------------------------------------------------------------------------------
@@ -100,15 +102,18 @@ class ProgressCallback(tune.Callback):
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         node_id = self._node_id_of(trial)
         if node_id:
-            result.setdefault(NODE_ID, node_id)
+            self._trial_nodes[trial.trial_id] = node_id
+            compat.add_to_result(trial, result, NODE_ID, node_id)
         self._tick(trials)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended.add(trial.trial_id)
+        self._stamp_node_id(trial)
         self._tick(trials)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended.add(trial.trial_id)
+        self._stamp_node_id(trial)
         self._emit(f"trial {trial.trial_id} errored: {self.error_line(trial)}")
         self._tick(trials)
 
@@ -129,14 +134,19 @@ class ProgressCallback(tune.Callback):
         ended = self._ended | (self._ended_before or set())
         return [t.trial_id for t in trials if t.trial_id not in ended or t.status not in ("TERMINATED", "ERROR")]
 
+    def _stamp_node_id(self, trial: Any) -> None:
+        """The node id in an ended trial's last result, where Ray before 2.60 did not keep what on_trial_result
+        added (see :func:`.compat.add_to_result`). By then an errored trial has no actor: the id noted earlier."""
+        node_id = self._trial_nodes.get(trial.trial_id)
+        if node_id:
+            compat.add_to_last_result(trial, NODE_ID, node_id)
+
     def _node_id_of(self, trial: Any) -> str | None:
         """The node id of the actor running ``trial`` once known (asked once per actor, in the background; a
         restarted trial gets a new actor), else None."""
-        actor = getattr(getattr(trial, "temporary_state", None), "ray_actor", None)
-        actor_id = getattr(actor, "_actor_id", None)
-        if actor_id is None:
+        key = compat.trial_actor_id(trial)
+        if key is None:
             return None
-        key = actor_id.hex()
         if key not in self._actor_nodes:
             if self._lookups is None:
                 self._lookups = ThreadPoolExecutor(max_workers=1, thread_name_prefix="airflow-tune-node-ids")

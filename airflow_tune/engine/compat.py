@@ -1,0 +1,145 @@
+"""Where Ray Tune differs between the releases the engine runs on (:data:`airflow_tune.versions.SUPPORTED_RAY`).
+
+The engine runs on the cluster with the cluster's Ray, any release from 2.43.0 to 2.60.x. Every place where it
+depends on more than Tune's documented API, or where Tune behaves differently between those releases, goes through
+this module: by feature checks (an attribute, a signature) wherever the API itself tells, never by version number
+where it does not need to. What differs, read from the sources of 2.43.0, 2.50.1 and 2.60.0:
+
+- Callbacks' ``on_trial_result`` gets the result itself in 2.60 (a callback may add to it) and a copy in 2.43 and
+  2.50, where what a callback adds is lost: :func:`add_to_result` writes to both the result and the trial's last one.
+- Searchers gained arguments (``BayesOptSearch(repeat_float_precision=)`` is new in 2.60): :func:`check_arguments`
+  refuses one the cluster's class does not take, naming it and the cluster's Ray, before Tune starts.
+- The ``base`` of the log-uniform domains is used in 2.43 and deprecated (with a warning) from 2.50 on; a
+  log-uniform distribution is the same in any base, so :func:`log_domain_args` drops it on every release.
+- Tune internals the engine reaches (the names are the same in every supported release, and checked here so that a
+  changed one fails clearly): the trial runtime_env's propagated variables (:func:`stop_propagating`), a restored
+  Tuner's RunConfig (:func:`tuner_run_config`), the Tuner's trials (:func:`tuner_trials`), a trial's actor
+  (:func:`trial_actor_id`).
+
+Imports neither airflow nor, at module level, ray (the engine's modules import this one before ``ray.init``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_tune.engine.imports import EngineError
+
+__all__ = [
+    "add_to_last_result",
+    "add_to_result",
+    "check_arguments",
+    "log_domain_args",
+    "ray_version",
+    "stop_propagating",
+    "trial_actor_id",
+    "tuner_run_config",
+    "tuner_trials",
+]
+
+#: Where the optional log base sits in the arguments of the log primitives.
+LOG_BASE_AT = {"loguniform": 2, "qloguniform": 3, "lograndint": 2, "qlograndint": 3}
+
+
+def ray_version() -> str:
+    import ray
+
+    return str(ray.__version__)
+
+
+# --- results --------------------------------------------------------------------------------------------------------
+def add_to_result(trial: Any, result: dict[str, Any], key: str, value: Any) -> None:
+    """Add ``key`` to a trial's result from a callback's ``on_trial_result``, unless the trial reported it itself.
+
+    Ray 2.60 hands callbacks the result it then stores as the trial's last result; 2.43 and 2.50 hand them a copy
+    and store the original. Writing to the result and to the trial's last result covers both: on the older
+    releases the key reaches the stored result one call later, and :func:`add_to_result` called again when the
+    trial ends (``on_trial_complete``/``on_trial_error``, after Tune stored the final result) with
+    :func:`add_to_last_result` puts it in the last one, which is what the ResultGrid and the experiment state hold.
+    """
+    result.setdefault(key, value)
+    add_to_last_result(trial, key, value)
+
+
+def add_to_last_result(trial: Any, key: str, value: Any) -> None:
+    """Add ``key`` to the result Tune keeps as the trial's last one, unless it is there already."""
+    last = getattr(trial, "last_result", None)
+    if isinstance(last, dict):
+        last.setdefault(key, value)
+
+
+# --- arguments ------------------------------------------------------------------------------------------------------
+def check_arguments(cls: Any, args: Mapping[str, Any], what: str) -> None:
+    """Refuse keyword arguments that ``cls`` (a scheduler or searcher of the cluster's Ray) does not take.
+
+    The spec admits the arguments of the newest supported Ray; an older cluster may lack some. A class whose
+    signature takes ``**kwargs`` is left to check its own.
+    """
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted(k for k in args if k not in params)
+    if unknown:
+        taken = ", ".join(k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
+        raise EngineError(
+            f"{what}: {', '.join(map(repr, unknown))} not taken by {cls.__name__} of the cluster's Ray "
+            f"{ray_version()} (it takes {taken}): drop {'them' if len(unknown) > 1 else 'it'} from the args, or run a "
+            "newer Ray on the cluster"
+        )
+
+
+def log_domain_args(name: str, positional: list[Any]) -> list[Any]:
+    """The arguments of a log primitive without its ``base``: the distribution is the same in any base, 2.43 uses
+    the base and 2.50+ only warn that it is deprecated."""
+    at = LOG_BASE_AT.get(name)
+    return positional[:at] if at is not None and len(positional) > at else positional
+
+
+# --- Tune internals -------------------------------------------------------------------------------------------------
+def stop_propagating(names: tuple[str, ...]) -> None:
+    """Stop Tune from copying the driver's environment variables ``names`` into each trial actor's runtime_env.
+
+    Tune keeps them in ``ray.tune.execution.class_cache.ENV_VARS_TO_PROPAGATE`` (a set, in every supported
+    release). When it is not there, Tune copies them some other way: refuse to run rather than leak them.
+    """
+    from ray.tune.execution import class_cache
+
+    propagated = getattr(class_cache, "ENV_VARS_TO_PROPAGATE", None)
+    if not isinstance(propagated, set):
+        raise EngineError(
+            f"cannot keep the driver's credentials out of the trials' runtime_env on Ray {ray_version()} (Tune's "
+            "class_cache.ENV_VARS_TO_PROPAGATE is not a set here): run a Ray release airflow-tune supports"
+        )
+    for name in names:
+        propagated.discard(name)
+
+
+def tuner_run_config(tuner: Any) -> Any:
+    """The RunConfig a (restored) Tuner runs with: ``tuner._local_tuner._run_config`` in every supported release."""
+    run_config = getattr(getattr(tuner, "_local_tuner", None), "_run_config", None)
+    if run_config is None or not hasattr(run_config, "callbacks"):
+        raise EngineError(
+            f"cannot attach progress tracking to the restored experiment on Ray {ray_version()} (the Tuner has no "
+            "_local_tuner._run_config here): run a Ray release airflow-tune supports"
+        )
+    return run_config
+
+
+def tuner_trials(tuner: Any) -> list[Any] | None:
+    """The experiment's trials as Tune left them after ``fit()``, or None when the Tuner does not expose them
+    (``get_results()._experiment_analysis.trials`` in every supported release)."""
+    analysis = getattr(tuner.get_results(), "_experiment_analysis", None)
+    trials = getattr(analysis, "trials", None)
+    return list(trials) if trials is not None else None
+
+
+def trial_actor_id(trial: Any) -> str | None:
+    """The hex id of the actor running ``trial`` (``trial.temporary_state.ray_actor``), or None before it starts."""
+    actor = getattr(getattr(trial, "temporary_state", None), "ray_actor", None)
+    actor_id = getattr(actor, "_actor_id", None)
+    return actor_id.hex() if actor_id is not None else None
