@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_tune.compat import AIRFLOW_V_3_3_PLUS
 from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, pending_too_long
 from airflow_tune.exceptions import RayJobNotFoundError
 from airflow_tune.following import ProgressFollower
@@ -41,6 +42,13 @@ class RayTuneTrigger(BaseTrigger):
         submission.
     :param stop_at_deadline: stop the job at the deadline (the operator's own job); False for a sensor, which only
         stops waiting.
+
+    A task marked failed or cleared while deferred stops its job (SIGINT, state saved). Airflow 3.3 calls
+    :meth:`on_kill` for that, and only for that. Airflow 3.1 and 3.2 only cancel :meth:`run`, as they do when the
+    triggerer stops or hands the trigger to another triggerer; there, as the google and databricks providers do
+    (``safe_to_cancel``), the trigger asks the Task SDK for its task instance's state on ``CancelledError`` and
+    stops the job only when the task is no longer deferred. When that answer cannot be had (the API server is
+    unreachable), or the user acts while no triggerer runs the trigger, the job is left running.
     """
 
     def __init__(
@@ -98,11 +106,16 @@ class RayTuneTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
         follower = ProgressFollower(self.experiment_uri) if self.log_progress and self.experiment_uri else None
-        # One HTTP session for the whole wait; the job's status comes from its dashboard's one shared poll.
-        async with hook.async_session(), hook.watch_job(self.job_id) as watch:
-            async for event in self._follow(hook, watch, follower):
-                yield event
-                return
+        try:
+            # One HTTP session for the whole wait; the job's status comes from its dashboard's one shared poll.
+            async with hook.async_session(), hook.watch_job(self.job_id) as watch:
+                async for event in self._follow(hook, watch, follower):
+                    yield event
+                    return
+        except asyncio.CancelledError:
+            if not AIRFLOW_V_3_3_PLUS:  # 3.3 calls on_kill for a user's action, and for nothing else
+                await self._stop_if_killed()
+            raise
 
     async def _follow(
         self, hook: RayHook, watch: Any, follower: ProgressFollower | None
@@ -198,6 +211,37 @@ class RayTuneTrigger(BaseTrigger):
         """The task was marked failed or cleared while deferred: stop the job so Tune saves its state."""
         self.log.info("Task killed while deferred: stopping Ray job %s with SIGINT", self.job_id)
         await self._stop(self._hook())
+
+    async def _stop_if_killed(self) -> None:
+        """Before Airflow 3.3: stop the job when the cancelled trigger's task is no longer deferred (see above)."""
+        try:
+            state = await self._task_state()
+        except Exception as exc:
+            self.log.warning(
+                "Trigger cancelled; the task's state is unknown (%r): leaving job %s running", exc, self.job_id
+            )
+            return
+        if state == "deferred":
+            self.log.info("Trigger cancelled while its task is still deferred: leaving Ray job %s running", self.job_id)
+            return
+        self.log.info("Task is %s while deferred: stopping Ray job %s with SIGINT", state, self.job_id)
+        await self._stop(self._hook())
+
+    async def _task_state(self) -> str | None:
+        """This trigger's task instance's state, from the Task SDK (the triggerer's link to the API server)."""
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+        from asgiref.sync import sync_to_async
+
+        ti = getattr(self, "task_instance", None)
+        if ti is None:
+            raise LookupError("the trigger runs for no task instance")
+        # Never abandoned with a timeout: an answer that comes after its question was given up would be read as the
+        # answer to the triggerer's next question (3.1 then stops its trigger runner: "Response read out of order").
+        states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
+            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
+        )
+        key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
+        return states[ti.run_id][key]
 
 
 def _read_progress(experiment_uri: str) -> dict[str, Any] | None:
