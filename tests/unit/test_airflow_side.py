@@ -73,14 +73,13 @@ def test_every_trigger_has_kwargs_to_round_trip():
     ("name", "kwargs"), [(name, kw) for name, kws in TRIGGER_KWARGS.items() for kw in kws], ids=lambda v: str(v)[:20]
 )
 def test_trigger_round_trips_through_serialize_as_the_triggerer_rebuilds_it(name, kwargs):
-    from airflow.sdk._shared.module_loading import import_string
-    from airflow.sdk.serde import deserialize, serialize
+    from tests.support.airflow_compat import import_string, serde_round_trip
 
     [cls] = [c for c in _all_triggers() if c.__name__ == name]
     trigger = cls(**kwargs)
     classpath, saved = trigger.serialize()
     # The triggerer stores the kwargs with Airflow's serde and rebuilds the trigger from the class path.
-    rebuilt = import_string(classpath)(**deserialize(serialize(saved)))
+    rebuilt = import_string(classpath)(**serde_round_trip(saved))
     assert type(rebuilt) is cls
     assert rebuilt.serialize() == (classpath, saved)
     for key, value in kwargs.items():

@@ -25,7 +25,6 @@ OWNER = owner_record(DAG, TASK)
 def api() -> Iterator[Any]:
     """The plugin's app as Airflow's API server mounts it (from the ``airflow.plugins`` entry point), with the real
     auth manager; the test decides which task instance the request is about."""
-    from airflow import plugins_manager
     from airflow.api_fastapi.app import init_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from airflow.utils.db import upgradedb
@@ -33,10 +32,11 @@ def api() -> Iterator[Any]:
     from fastapi.testclient import TestClient
 
     from airflow_tune.plugins import experiment_app
+    from tests.support.airflow_compat import fastapi_apps
 
     upgradedb()  # the auth checks read the database (teams, revoked tokens); a no-op when it is migrated
     manager = init_auth_manager()
-    mounted = [a for a in plugins_manager.get_fastapi_plugins()[0] if a.get("url_prefix") == "/airflow-tune"]
+    mounted = [a for a in fastapi_apps() if a.get("url_prefix") == "/airflow-tune"]
     assert len(mounted) == 1, "the airflow.plugins entry point did not register the view's app"
     parent = FastAPI()
     parent.mount(mounted[0]["url_prefix"], mounted[0]["app"])
@@ -239,10 +239,9 @@ def test_the_page_and_its_static_files(api):
 
 
 def test_the_plugin_adds_a_task_instance_tab():
-    from airflow import plugins_manager
+    from tests.support.airflow_compat import external_views
 
-    views, _ = plugins_manager._get_ui_plugins()
-    ours = [v for v in views if v.get("url_route") == "airflow-tune-experiment"]
+    ours = [v for v in external_views() if v.get("url_route") == "airflow-tune-experiment"]
     assert len(ours) == 1
     assert ours[0]["destination"] == "task_instance" and ours[0]["name"] == "Experiment"
     for placeholder in ("{DAG_ID}", "{RUN_ID}", "{TASK_ID}", "{MAP_INDEX}"):

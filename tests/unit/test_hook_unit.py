@@ -202,16 +202,17 @@ def test_provider_info_registers_hook_connection_type_and_link():
 
 
 def test_providers_manager_sees_the_ray_connection_type():
-    from airflow.providers_manager import ProvidersManager
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    from tests.support.airflow_compat import connection_form, task_runtime_hooks
 
-    hook_info = ProvidersManagerTaskRuntime().hooks["ray"]
+    hook_info = task_runtime_hooks()["ray"]
     assert hook_info is not None
     assert hook_info.hook_class_name == "airflow_tune.hooks.ray.RayHook"
     assert hook_info.connection_testable
-    manager = ProvidersManager()
-    assert "extra__ray__verify" in manager.connection_form_widgets
-    assert manager.field_behaviours["ray"]["hidden_fields"] == ["login"]
+    # What the UI's connection form is given (3.2+ read conn-fields; 3.1 calls the hook's form methods).
+    form = connection_form("ray")
+    assert set(form["extra_fields"]) >= {"verify", "headers", "cookies", "runtime_env", "allowed_storage_roots"}
+    assert form["standard_fields"]["login"]["hidden"] is True
+    assert form["standard_fields"]["password"]["title"] == "Token"
 
 
 def test_link_reads_the_url_persisted_at_submit(monkeypatch):
