@@ -92,8 +92,8 @@ def saves_checkpoints(cls: Any) -> bool:
 def checkpoint_at_end(spec: ExperimentSpec) -> bool | None:
     """``checkpoint.at_end``, with None resolved for Class trainables that cannot save.
 
-    Tune 2.60 turns ``checkpoint_at_end=None`` into True for every Class trainable, so a trainable without
-    ``save_checkpoint`` errors with NotImplementedError once it finishes; such a trainable gets False.
+    Tune (2.43 to 2.60) turns ``checkpoint_at_end=None`` into True for every Class trainable, so a trainable
+    without ``save_checkpoint`` errors with NotImplementedError once it finishes; such a trainable gets False.
     """
     if spec.checkpoint.at_end is not None:
         return spec.checkpoint.at_end
@@ -109,8 +109,8 @@ def checkpoint_at_end(spec: ExperimentSpec) -> bool | None:
 def report_zero_return(fn: Any) -> Any:
     """``fn`` that also reports a returned 0 as the metric ``_metric``.
 
-    Tune 2.60 reports a number a function trainable returns as ``{"_metric": value}``, but skips any falsy return
-    (``if not output: return``), so a trial returning exactly 0 (often the best value) reports nothing at all.
+    Tune (2.43 to 2.60) reports a number a function trainable returns as ``{"_metric": value}``, but skips any
+    falsy return (``if not output: return``), so a trial returning exactly 0 (often the best value) reports nothing.
     """
     from ray.tune.result import DEFAULT_METRIC
 
@@ -202,8 +202,9 @@ def concurrency_limit(spec: ExperimentSpec) -> int | None:
 def build_search(spec: ExperimentSpec) -> Any:
     """The search algorithm, with the concurrency limit applied here.
 
-    Tune 2.60 ignores ``TuneConfig(max_concurrent_trials=...)`` (with only a warning) when the search algorithm is a
-    ``BasicVariantGenerator`` instance, as the random/grid one is: the limit must be given to the generator itself.
+    Tune (2.43 to 2.60) ignores ``TuneConfig(max_concurrent_trials=...)`` (with only a warning) when the search
+    algorithm is a ``BasicVariantGenerator`` instance, as the random/grid one is: the limit must be given to the
+    generator itself.
     """
     search = spec.search
     limit = concurrency_limit(spec)

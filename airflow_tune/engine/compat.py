@@ -54,10 +54,10 @@ def add_to_result(trial: Any, result: dict[str, Any], key: str, value: Any) -> N
     """Add ``key`` to a trial's result from a callback's ``on_trial_result``, unless the trial reported it itself.
 
     Ray 2.60 hands callbacks the result it then stores as the trial's last result; 2.43 and 2.50 hand them a copy
-    and store the original. Writing to the result and to the trial's last result covers both: on the older
-    releases the key reaches the stored result one call later, and :func:`add_to_result` called again when the
-    trial ends (``on_trial_complete``/``on_trial_error``, after Tune stored the final result) with
-    :func:`add_to_last_result` puts it in the last one, which is what the ResultGrid and the experiment state hold.
+    and then store the original (``Trial.update_last_result``), so what a callback adds there is lost. On those
+    releases the key reaches the stored results only through :func:`add_to_last_result`, called again when the
+    trial ends (``on_trial_complete``/``on_trial_error``, after Tune stored the final result): the last result is
+    what the ResultGrid and the experiment state hold.
     """
     result.setdefault(key, value)
     add_to_last_result(trial, key, value)

@@ -145,7 +145,11 @@ class RayNodes:
 
 
 def ray_auth_env(token: str | None) -> dict[str, str]:
-    """Ray's auth settings for every node: token mode with the cluster's token, or auth disabled."""
+    """Ray's auth settings for every node: token mode with the cluster's token, or auth disabled.
+
+    Ray before token auth (2.43 and 2.50 among the supported releases) knows neither variable and ignores the
+    clients' ``Authorization`` header: such a cluster runs without auth whatever the stack's ``auth``.
+    """
     if token is None:
         return {"RAY_AUTH_MODE": "disabled"}
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
