@@ -26,7 +26,14 @@ def download_checkpoint(uri: str, local_dir: str | None = None) -> str:
 
 
 def load_checkpoint(uri: str) -> Checkpoint:
-    """A ``ray.tune.Checkpoint`` on the checkpoint at ``uri``; use ``.as_directory()`` or ``.to_directory()``."""
+    """A ``ray.tune.Checkpoint`` on the checkpoint at ``uri``; use ``.as_directory()`` or ``.to_directory()``.
+
+    Needs Ray here (the ``ray`` extra); :func:`download_checkpoint` does not.
+    """
+    from airflow_tune.ray_extra import RayExtraMissing, ray_installed
+
+    if not ray_installed():
+        raise RayExtraMissing(f"load_checkpoint({uri!r}) (a ray.tune.Checkpoint; download_checkpoint needs no Ray)")
     from ray.tune import Checkpoint
 
     if not uri:

@@ -323,6 +323,10 @@ def _global_names(obj: Any) -> set[str]:
 
 
 def _pickle_by_value(obj: Any, module_name: str, source: str) -> bytes:
+    from airflow_tune.ray_extra import RayExtraMissing, ray_installed
+
+    if not ray_installed():
+        raise RayExtraMissing(f"pickling the trainable {source} by value (the cluster cannot import it by name)")
     from ray import cloudpickle
 
     module = sys.modules.get(module_name)

@@ -1,9 +1,11 @@
 """Hook for the Jobs API of a Ray cluster, reached through its dashboard address.
 
-The sync methods use Ray's ``JobSubmissionClient`` (it uploads local ``working_dir``/``py_modules``, which REST cannot);
-the async methods talk REST with aiohttp, for triggers. The pieces: :mod:`~airflow_tune.hooks.connection` (the
-connection as an endpoint), :mod:`~airflow_tune.hooks.transport` (wire format, errors, retries, sessions) and
-:mod:`~airflow_tune.hooks.status_poll` (the job list shared by every trigger). Ray, aiohttp and requests are imported
+The sync methods talk REST with ``requests`` (:mod:`~airflow_tune.hooks.jobs_client`), the async ones with aiohttp,
+for triggers; neither needs Ray on this side. Local folders of a job's runtime_env become packages on the cluster
+(:mod:`~airflow_tune.hooks.packages`: the engine by the provider, other local code by Ray's client, which needs the
+``ray`` extra). The pieces: :mod:`~airflow_tune.hooks.connection` (the connection as an endpoint),
+:mod:`~airflow_tune.hooks.transport` (wire format, errors, retries, sessions) and
+:mod:`~airflow_tune.hooks.status_poll` (the job list shared by every trigger). aiohttp and requests are imported
 inside the methods that need them, so importing this module (DAG parsing) stays cheap.
 """
 
@@ -22,19 +24,17 @@ from airflow_tune.hooks.status_poll import JobWatch, shared_job_status, watch
 from airflow_tune.hooks.transport import (
     CONNECT_TIMEOUT,
     AsyncTransport,
-    client_class,
     job_to_dict,
     metadata_matches,
     newest_first,
     quote_id,
-    ray_address_env_ignored,
     retrying,
     status_error,
     translate_error,
 )
 
 if TYPE_CHECKING:
-    from ray.job_submission import JobSubmissionClient
+    from airflow_tune.hooks.jobs_client import JobsClient
 
 
 class RayHook(BaseHook):
@@ -58,7 +58,7 @@ class RayHook(BaseHook):
         self.ray_conn_id = ray_conn_id
         self.request_timeout = request_timeout
         self._endpoint: RayEndpoint | None = None
-        self._client: JobSubmissionClient | None = None
+        self._client: JobsClient | None = None
         self._transport: AsyncTransport | None = None
 
     def __repr__(self) -> str:
@@ -141,21 +141,12 @@ class RayHook(BaseHook):
         """
         return f"{self.dashboard_url}/#/jobs/{quote(job_id, safe=':+@')}"
 
-    def get_conn(self) -> JobSubmissionClient:
-        """Return Ray's ``JobSubmissionClient`` for the connection (created on first use, then reused)."""
+    def get_conn(self) -> JobsClient:
+        """Return the Jobs REST client for the connection (created on first use, then reused; no request sent)."""
         if self._client is None:
-            endpoint = self.endpoint
-            try:
-                with ray_address_env_ignored():
-                    self._client = client_class()(
-                        endpoint.url,
-                        request_timeout=self.request_timeout,
-                        headers=dict(endpoint.headers),
-                        cookies=dict(endpoint.cookies) or None,
-                        verify=endpoint.verify,
-                    )
-            except Exception as exc:
-                raise translate_error(exc, url=endpoint.url, action="connect") from exc
+            from airflow_tune.hooks.jobs_client import JobsClient
+
+            self._client = JobsClient(self.endpoint, self.request_timeout)
         return self._client
 
     def test_connection(self) -> tuple[bool, str]:
@@ -238,24 +229,36 @@ class RayHook(BaseHook):
         :param entrypoint_resources: custom resources reserved for the driver.
         :param same_ray_version: first refuse a cluster whose Ray version is outside the supported range
             (:meth:`check_ray_version`), so a mismatch fails before anything is submitted.
+
+        Local ``py_modules``/``working_dir`` paths are uploaded first (see :func:`ship_local_code`).
         """
         endpoint = self.endpoint
-        kwargs: dict[str, Any] = {
-            "entrypoint": entrypoint,
-            "submission_id": submission_id,
-            "runtime_env": merge_runtime_env(endpoint.runtime_env, runtime_env) or None,
-            "metadata": {**endpoint.metadata, **stringify_metadata(metadata)} or None,
-        }
-        if entrypoint_num_cpus is not None:
-            kwargs["entrypoint_num_cpus"] = entrypoint_num_cpus
-        if entrypoint_resources:
-            kwargs["entrypoint_resources"] = entrypoint_resources
         if same_ray_version:
             self.check_ray_version()
+        env = self.ship_local_code(merge_runtime_env(endpoint.runtime_env, runtime_env))
         self.log.info("Submitting Ray job %s to %s", submission_id, endpoint.url)
-        client = self.get_conn()
-        with self._translated(f"submit job {submission_id!r}", job_id=submission_id):
-            return client.submit_job(**kwargs)
+        return self.get_conn().submit_job(
+            entrypoint=entrypoint,
+            submission_id=submission_id,
+            runtime_env=env or None,
+            metadata={**endpoint.metadata, **stringify_metadata(metadata)} or None,
+            entrypoint_num_cpus=entrypoint_num_cpus,
+            entrypoint_resources=entrypoint_resources or None,
+        )
+
+    def ship_local_code(self, runtime_env: dict[str, Any]) -> dict[str, Any]:
+        """``runtime_env`` with its local ``py_modules``/``working_dir`` uploaded and replaced by ``gcs://`` URIs.
+
+        The engine package (``airflow_tune``) is uploaded by the provider itself, once per content; other local
+        code by Ray's client (the ``ray`` extra; without it, :class:`~airflow_tune.ray_extra.RayExtraMissing`).
+
+        :param runtime_env: the job's runtime_env.
+        """
+        from airflow_tune.hooks.packages import engine_dir, ship_local_paths
+
+        return ship_local_paths(
+            self.get_conn(), runtime_env, engine_dir=engine_dir(), request_timeout=self.request_timeout
+        )
 
     def get_job_info(self, job_id: str) -> dict[str, Any]:
         """Return a job's details as a plain dict (see ``JOB_FIELDS``); ``status`` is a string like ``"RUNNING"``.
@@ -265,7 +268,7 @@ class RayHook(BaseHook):
         client = self.get_conn()
         for attempt in retrying():
             with attempt, self._translated(f"read job {job_id!r}", job_id=job_id):
-                return job_to_dict(client.get_job_info(quote_id(job_id)))
+                return job_to_dict(client.get_job_info(job_id))
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def get_job_status(self, job_id: str) -> str:
@@ -298,7 +301,7 @@ class RayHook(BaseHook):
         client = self.get_conn()
         self.log.info("Stopping Ray job %s on %s", job_id, self.endpoint.url)
         with self._translated(f"stop job {job_id!r}", job_id=job_id):
-            return bool(client.stop_job(quote_id(job_id)))
+            return client.stop_job(job_id)
 
     def get_job_logs(self, job_id: str) -> str:
         """Return a job's driver log so far.
@@ -308,7 +311,7 @@ class RayHook(BaseHook):
         client = self.get_conn()
         for attempt in retrying():
             with attempt, self._translated(f"read the logs of job {job_id!r}", job_id=job_id):
-                return str(client.get_job_logs(quote_id(job_id)))
+                return client.get_job_logs(job_id)
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     # -- async Jobs API (for triggers) ----------------------------------------------------------------------------

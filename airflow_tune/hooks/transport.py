@@ -1,5 +1,6 @@
 """How the hook talks to the Jobs API: the wire format of jobs, errors translated into the package's exceptions,
-Ray's sync client with timeouts, and an async transport (one aiohttp session per run, bounded retries).
+retries, and an async transport (one aiohttp session per run, bounded retries); the sync client is
+:mod:`~airflow_tune.hooks.jobs_client`.
 
 Only idempotent calls are retried (reading a job, its logs, the job list), with tenacity's exponential backoff, and
 only on failures that may pass (no connection, a timeout, HTTP 5xx/429): a refused token or a missing job is final.
@@ -8,12 +9,10 @@ only on failures that may pass (no connection, a timeout, HTTP 5xx/429): a refus
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
 import re
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     import ssl
 
     import aiohttp
-    from ray.job_submission import JobSubmissionClient
 
 CONNECT_TIMEOUT = 10.0
 #: Tries of an idempotent call (the first and two retries), backing off from 0.5 s up to 4 s with jitter.
@@ -144,7 +142,7 @@ def status_error(status: int, body: str, *, url: str, action: str, job_id: str |
 
 
 def translate_error(exc: Exception, *, url: str, action: str, job_id: str | None = None) -> AirflowTuneException:
-    """Translate an exception of Ray's client (or of requests under it)."""
+    """Translate an exception of ``requests`` (or of Ray's client, which ships local code)."""
     if isinstance(exc, AirflowTuneException):
         return exc
     text = str(exc)
@@ -157,41 +155,6 @@ def translate_error(exc: Exception, *, url: str, action: str, job_id: str | None
     if match:
         return status_error(int(match.group(1)), text, url=url, action=action, job_id=job_id)
     return RayJobError(f"The Ray Jobs API at {url} failed to {action}: {type(exc).__name__}: {text}")
-
-
-# -- Ray's sync client ----------------------------------------------------------------------------------------------
-
-_ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-_ENV_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def ray_address_env_ignored() -> Iterator[None]:
-    """Hide RAY_API_SERVER_ADDRESS / RAY_ADDRESS: Ray lets them override an explicit address; the connection wins."""
-    with _ENV_LOCK:
-        saved = {name: os.environ.pop(name) for name in _ADDRESS_ENV_VARS if name in os.environ}
-        try:
-            yield
-        finally:
-            os.environ.update(saved)
-
-
-@functools.cache
-def client_class() -> type[JobSubmissionClient]:
-    from ray.job_submission import JobSubmissionClient
-
-    class _BoundedClient(JobSubmissionClient):
-        """Ray's client sends requests with no timeout; a dead dashboard must not hang a task."""
-
-        def __init__(self, address: str, *, request_timeout: float, **kwargs: Any) -> None:
-            self._request_timeout = (CONNECT_TIMEOUT, request_timeout)
-            super().__init__(address, **kwargs)
-
-        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
-            kwargs.setdefault("timeout", self._request_timeout)
-            return super()._do_request(method, endpoint, **kwargs)
-
-    return _BoundedClient
 
 
 # -- async -------------------------------------------------------------------------------------------------------

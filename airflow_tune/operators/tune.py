@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
-from airflow_tune import code, reconcile, roots
+from airflow_tune import code, ray_extra, reconcile, roots
 from airflow_tune.contract import RESULT_KEYS, engine_command, xcom_result
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
@@ -207,6 +207,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     # -- the reconcile loop ---------------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         """Spec, identity, then reattach, return the finished result, or submit (restoring); then wait."""
+        # Local code ships only through Ray's client: without Ray here, refuse before anything is written.
+        ray_extra.refuse_without_ray(self.working_dir, self.py_modules, self.runtime_env, self.pip)
         spec = self.spec = self.build_spec(context)
         job_id, finished = self.resume_or_submit(context, spec)
         self.job_id = job_id
@@ -293,7 +295,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     def submit_experiment(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
         """Write the job's spec and submit the driver, with the trainable shipped by value when it must be."""
         # Before anything is written or submitted: the engine runs on the cluster with the cluster's Ray.
-        self.hook.check_ray_version()
+        cluster_ray = self.hook.check_ray_version()
+        if self.trainable_object is not None and self.trainable_code.by_value:
+            ray_extra.refuse_by_value(self.trainable_code.source, cluster_ray)
         spec_uri, spec_digest = reconcile.write_job_spec(spec, job_id)
         metadata = reconcile.job_metadata(
             spec, spec_uri, spec_digest, run_id=context["run_id"], try_number=getattr(context["ti"], "try_number", "")

@@ -1,0 +1,182 @@
+"""What needs Ray on the Airflow side, and the refusal when it is missing.
+
+With code that lives on the cluster (import paths, remote ``py_modules``/``working_dir`` URIs) the provider needs no
+Ray here: it talks REST to the dashboard and ships its own engine package (:mod:`airflow_tune.hooks.packages`).
+Shipping code from this side needs the ``ray`` extra: a trainable pickled by value (``ray.cloudpickle``), a local
+``working_dir`` or ``py_modules`` folder (Ray's packing rules), and :func:`airflow_tune.checkpoints.load_checkpoint`.
+Using one without it fails in the task, before anything is written or submitted; DAG parsing never needs Ray.
+
+A trainable pickled by value loads on a cluster of another Ray release when both run the same Python minor version
+(code objects are rebuilt from their bytecode) and the cluster's ``ray.cloudpickle`` has every reconstructor the
+pickle names. Every release from 2.43 to 2.60 pickles with protocol 5 (``pickle.HIGHEST_PROTOCOL``) and has the same
+reconstructors (``_make_function``, ``_make_skeleton_class``, ``_make_skeleton_enum``, ``_function_setstate``,
+``_class_setstate``, ``_builtin_type``, ``_make_cell``, ...): 2.43 to 2.50 vendor cloudpickle 3.0's code (labelled
+2.0.0 in 2.43), 2.60 cloudpickle 3.1.2. So within the supported range both ways load (tests/compat prove
+2.43 -> 2.60 and 2.60 -> 2.43/2.50.1); outside it nothing is promised and :func:`by_value_problem` refuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from airflow_tune.exceptions import AirflowTuneException
+
+RAY_EXTRA = 'pip install "airflow-tune[ray]"'
+
+
+class RayExtraMissing(AirflowTuneException):
+    """Something shipped from this side needs Ray here, and Ray is not installed (the ``ray`` extra).
+
+    :param what: what needed it, e.g. "a trainable pickled by value".
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} needs Ray on the Airflow side, which is not installed: install the provider's 'ray' extra "
+            f"({RAY_EXTRA}, a Ray release from 2.43 to 2.60), or give code that lives on the cluster (an import path "
+            "'package.module:name' with a remote py_modules/working_dir URI such as s3://..., or the cluster "
+            "image's own packages). Nothing was written or submitted."
+        )
+
+
+def ray_installed() -> bool:
+    """Whether Ray is importable here (without importing it)."""
+    return importlib.util.find_spec("ray") is not None
+
+
+@functools.cache
+def installed_ray_version() -> str | None:
+    """This side's Ray version, read from its distribution's metadata (no Ray import); None without Ray."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if not ray_installed():
+        return None
+    try:
+        return version("ray")
+    except PackageNotFoundError:  # pragma: no cover - an unpackaged checkout of Ray
+        import ray
+
+        return str(ray.__version__)
+
+
+def is_local_path(entry: Any) -> bool:
+    """Whether a ``py_modules``/``working_dir`` entry is a path on this machine, not a URI the cluster fetches
+    (``s3://``, ``gs://``, ``gcs://``, ``https://``, ``file://`` on the nodes, ...)."""
+    return not (isinstance(entry, str) and "://" in entry)
+
+
+def requirement_files(runtime_env: dict[str, Any]) -> list[str]:
+    """The local requirements files of a runtime_env (``pip``/``uv`` as a path, ``conda`` as a .yaml path), which
+    Ray's client reads on this side."""
+    found = [f"{key}={runtime_env[key]!r}" for key in ("pip", "uv") if isinstance(runtime_env.get(key), str)]
+    conda = runtime_env.get("conda")
+    if isinstance(conda, str) and conda.endswith((".yaml", ".yml")):
+        found.append(f"conda={conda!r}")
+    return found
+
+
+def needs_ray(working_dir: Any, py_modules: Iterable[Any] | None, runtime_env: Any, pip: Any = None) -> list[str]:
+    """What in a job's code settings must be shipped from this side by Ray's client: local paths (the engine
+    aside, which the provider ships itself) and local requirements files.
+
+    :param working_dir: the operator's ``working_dir``.
+    :param py_modules: the operator's ``py_modules``.
+    :param runtime_env: the operator's ``runtime_env``, a dict or its JSON (its ``working_dir``, ``py_modules``,
+        ``pip``, ``uv`` and ``conda`` count too).
+    :param pip: the operator's ``pip``.
+    """
+    from airflow_tune.rendered import coerce_rendered
+
+    env = coerce_rendered("runtime_env", runtime_env) if runtime_env else {}
+    env = env if isinstance(env, dict) else {}
+    found = [f"working_dir={w!r}" for w in (working_dir, env.get("working_dir")) if w and is_local_path(w)]
+    modules = [*list(env.get("py_modules") or []), *list(py_modules or [])]
+    found += [f"py_modules entry {m!r}" for m in modules if is_local_path(m)]
+    return found + requirement_files({**env, **({"pip": pip} if pip else {})})
+
+
+def refuse_without_ray(working_dir: Any, py_modules: Iterable[Any] | None, runtime_env: Any, pip: Any = None) -> None:
+    """Raise :class:`RayExtraMissing` when the job ships local code and Ray is not installed here."""
+    if ray_installed():
+        return
+    found = needs_ray(working_dir, py_modules, runtime_env, pip)
+    if found:
+        raise RayExtraMissing("shipping local code with the job (" + ", ".join(found) + ")")
+
+
+def by_value_problem(here_ray: str | None, cluster_ray: str) -> str | None:
+    """Why a trainable pickled by value with Ray ``here_ray`` may not load on a cluster of Ray ``cluster_ray``, or
+    None when it loads (see the module's docstring: any two releases of the supported range).
+
+    :param here_ray: this side's Ray version (None: no Ray here, nothing can be pickled).
+    :param cluster_ray: the cluster's Ray version, as its dashboard says.
+    """
+    from airflow_tune.versions import describe_supported_ray, ray_version_problem
+
+    if here_ray is None:
+        return f"Ray is not installed on the Airflow side ({RAY_EXTRA})"
+    if ray_version_problem(here_ray) is None and ray_version_problem(cluster_ray) is None:
+        return None
+    return (
+        f"it is pickled with Ray {here_ray}'s cloudpickle on the Airflow side and the cluster runs Ray "
+        f"{cluster_ray}; airflow-tune tests pickles between the releases of {describe_supported_ray()} only: run one "
+        "of them on both sides, or ship the trainable by import path"
+    )
+
+
+# -- Ray's own client, for what only it ships (local folders other than the engine) --------------------------------
+
+_ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def ray_address_env_ignored() -> Iterator[None]:
+    """Hide RAY_API_SERVER_ADDRESS / RAY_ADDRESS: Ray lets them override an explicit address; the connection wins."""
+    with _ENV_LOCK:
+        saved = {name: os.environ.pop(name) for name in _ADDRESS_ENV_VARS if name in os.environ}
+        try:
+            yield
+        finally:
+            os.environ.update(saved)
+
+
+def bounded_ray_client(endpoint: Any, request_timeout: float) -> Any:
+    """Ray's ``JobSubmissionClient`` for ``endpoint`` with a timeout on every request (Ray sets none)."""
+    from ray.job_submission import JobSubmissionClient
+
+    from airflow_tune.hooks.transport import CONNECT_TIMEOUT
+
+    class _BoundedClient(JobSubmissionClient):  # type: ignore[misc]
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:  # type: ignore[override]
+            kwargs.setdefault("timeout", (CONNECT_TIMEOUT, request_timeout))
+            return super()._do_request(method, endpoint, **kwargs)
+
+    with ray_address_env_ignored():
+        return _BoundedClient(
+            endpoint.url,
+            headers=dict(endpoint.headers),
+            cookies=dict(endpoint.cookies) or None,
+            verify=endpoint.verify,
+        )
+
+
+def refuse_by_value(source: str, cluster_ray: str) -> None:
+    """Raise when a trainable pickled by value here may not load on a cluster of Ray ``cluster_ray``.
+
+    :param source: the trainable, ``module:qualname``.
+    :param cluster_ray: the cluster's Ray version.
+    """
+    from airflow_tune.exceptions import RayConnectionError
+
+    problem = by_value_problem(installed_ray_version(), cluster_ray)
+    if problem:
+        raise RayConnectionError(
+            f"The trainable {source} is shipped by value, but {problem}. Nothing was written or submitted."
+        )
