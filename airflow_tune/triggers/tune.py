@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -114,7 +114,7 @@ class RayTuneTrigger(BaseTrigger):
                     return
         except asyncio.CancelledError:
             if not AIRFLOW_V_3_3_PLUS:  # 3.3 calls on_kill for a user's action, and for nothing else
-                await self._stop_if_killed()
+                await _uninterrupted(self._stop_if_killed())
             raise
 
     async def _follow(
@@ -242,6 +242,23 @@ class RayTuneTrigger(BaseTrigger):
         )
         key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         return states[ti.run_id][key]
+
+
+#: The after-cancel work still running (strong references: the loop keeps only weak ones to its tasks).
+_AFTER_CANCEL: set[asyncio.Future[None]] = set()
+
+
+async def _uninterrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end even if the caller is cancelled again.
+
+    3.1 and 3.2 cancel a removed trigger again at every triggerer loop until it ends: a second cancel must interrupt
+    neither the state lookup (a question abandoned mid-way breaks the trigger runner's link to its supervisor) nor
+    the stop.
+    """
+    task = asyncio.ensure_future(work)
+    _AFTER_CANCEL.add(task)
+    task.add_done_callback(_AFTER_CANCEL.discard)
+    await asyncio.shield(task)
 
 
 def _read_progress(experiment_uri: str) -> dict[str, Any] | None:

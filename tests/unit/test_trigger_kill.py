@@ -85,3 +85,45 @@ def test_before_3_3_an_unknown_state_leaves_the_job_running(monkeypatch, answer)
 def test_on_3_3_cancellation_asks_nothing_and_stops_nothing_on_kill_does(monkeypatch):
     stopped, asked = _cancel_while_deferred(monkeypatch, airflow_3_3=True, states={"r": {"tune": "failed"}})
     assert stopped == [] and asked == []  # no double stop: 3.3's triggerer calls on_kill for a user's action
+
+
+def test_before_3_3_cancels_repeated_while_the_state_is_asked_interrupt_neither_the_question_nor_the_stop(
+    monkeypatch,
+):
+    """3.1/3.2 cancel a removed trigger again at every triggerer loop until it ends."""
+    import threading
+
+    monkeypatch.setattr(trigger_module, "AIRFLOW_V_3_3_PLUS", False)
+    asked, answer = threading.Event(), threading.Event()
+
+    def slow_get_task_states(**kwargs: Any) -> Any:
+        asked.set()
+        assert answer.wait(10)
+        return {"r": {"tune": "failed"}}
+
+    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(slow_get_task_states))
+    dashboard = WaitingDashboard(["RUNNING"])
+    trigger = RayTuneTrigger(job_id="j", log_progress=False)
+    trigger.task_instance = SimpleNamespace(dag_id="d", task_id="tune", run_id="r", map_index=-1)
+    monkeypatch.setattr(trigger, "_hook", lambda: dashboard)
+
+    async def scenario() -> None:
+        run = asyncio.create_task(trigger.run().__anext__())
+        while not dashboard.waits:
+            await asyncio.sleep(0.01)
+        run.cancel()
+        while not asked.is_set():
+            await asyncio.sleep(0.01)
+        run.cancel()  # the next loop's cancel, while the question is out
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert dashboard.stopped == []
+        answer.set()
+        for _ in range(500):
+            if dashboard.stopped:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert dashboard.stopped == ["j"]
+    assert not trigger_module._AFTER_CANCEL
