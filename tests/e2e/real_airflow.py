@@ -44,9 +44,14 @@ class RealAirflow:
     :param dags_folder: the DAGs folder the dag processor parses.
     :param env: extra environment (the stack's: Ray connection, S3 settings, ...).
     :param parallelism: the LocalExecutor's task slots.
+    :param airflow: the ``airflow`` executable to run (another environment's, e.g. an older Airflow); by default
+        the one beside this Python.
     """
 
-    def __init__(self, home: Path, dags_folder: Path, env: dict[str, str], parallelism: int = 4) -> None:
+    def __init__(
+        self, home: Path, dags_folder: Path, env: dict[str, str], parallelism: int = 4, airflow: str | None = None
+    ) -> None:
+        self.airflow = airflow or _airflow_exe()
         self.home = Path(home)
         self.dags_folder = Path(dags_folder)
         self.port = free_port()
@@ -106,7 +111,7 @@ class RealAirflow:
         (self.home / "passwords.json").write_text(json.dumps({USERNAME: self.password}))
         started = time.monotonic()
         result = subprocess.run(
-            [_airflow_exe(), "db", "migrate"],
+            [self.airflow, "db", "migrate"],
             env=self.env,
             capture_output=True,
             text=True,
@@ -117,7 +122,7 @@ class RealAirflow:
             raise AirflowError(f"airflow db migrate failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
         self.timings["db migrate"] = time.monotonic() - started
         for name in COMPONENTS:
-            args = [_airflow_exe(), name]
+            args = [self.airflow, name]
             if name == "api-server":
                 args += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
             elif name in ("scheduler", "triggerer"):
