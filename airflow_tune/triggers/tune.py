@@ -48,7 +48,9 @@ class RayTuneTrigger(BaseTrigger):
     triggerer stops or hands the trigger to another triggerer; there, as the google and databricks providers do
     (``safe_to_cancel``), the trigger asks the Task SDK for its task instance's state on ``CancelledError`` and
     stops the job only when the task is no longer deferred. When that answer cannot be had (the API server is
-    unreachable), or the user acts while no triggerer runs the trigger, the job is left running.
+    unreachable), the job is left running; a deferral timeout would read as a kill there (the operator sets none:
+    its ``deadline`` is the trigger's own). On every version, a task killed while no triggerer runs its trigger
+    leaves the job running.
     """
 
     def __init__(
