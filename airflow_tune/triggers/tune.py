@@ -231,17 +231,21 @@ class RayTuneTrigger(BaseTrigger):
 
     async def _task_state(self) -> str | None:
         """This trigger's task instance's state, from the Task SDK (the triggerer's link to the API server)."""
-        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-        from asgiref.sync import sync_to_async
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
 
         ti = getattr(self, "task_instance", None)
         if ti is None:
             raise LookupError("the trigger runs for no task instance")
-        # Never abandoned with a timeout: an answer that comes after its question was given up would be read as the
-        # answer to the triggerer's next question (3.1 then stops its trigger runner: "Response read out of order").
-        states = await sync_to_async(RuntimeTaskInstance.get_task_states)(
-            dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index
+        # Asked on this loop, under the trigger runner's own lock (``asend``): the sync path (get_task_states through
+        # sync_to_async) can interleave with the runner's own messages and 3.1 then stops its trigger runner
+        # ("Response read out of order"). Never abandoned with a timeout, for the same reason.
+        response = await task_runner.SUPERVISOR_COMMS.asend(
+            GetTaskStates(dag_id=ti.dag_id, task_ids=[ti.task_id], run_ids=[ti.run_id], map_index=ti.map_index)
         )
+        if not isinstance(response, TaskStatesResult):
+            raise LookupError(f"the supervisor answered {type(response).__name__}")
+        states = response.task_states
         key = ti.task_id if ti.map_index is None or ti.map_index < 0 else f"{ti.task_id}_{ti.map_index}"
         return states[ti.run_id][key]
 

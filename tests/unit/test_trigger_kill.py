@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+from airflow.sdk.execution_time import task_runner
+from airflow.sdk.execution_time.comms import TaskStatesResult
 
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
@@ -25,6 +26,18 @@ class WaitingDashboard(FakeDashboard):
         return False
 
 
+def _comms(monkeypatch, answer: Any) -> None:
+    """The trigger runner's link to its supervisor: ``asend(GetTaskStates)`` answered by ``answer(**fields)``."""
+
+    class Comms:
+        async def asend(self, msg: Any) -> Any:
+            fields = {k: getattr(msg, k) for k in ("dag_id", "task_ids", "run_ids", "map_index")}
+            states = await asyncio.to_thread(answer, **fields)
+            return TaskStatesResult(task_states=states)
+
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Comms(), raising=False)
+
+
 def _cancel_while_deferred(
     monkeypatch, *, airflow_3_3: bool, states: Any, map_index: int = -1
 ) -> tuple[list[str], list[dict[str, Any]]]:
@@ -38,7 +51,7 @@ def _cancel_while_deferred(
             raise states
         return states
 
-    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(get_task_states))
+    _comms(monkeypatch, get_task_states)
     dashboard = WaitingDashboard(["RUNNING"])
     trigger = RayTuneTrigger(job_id="j", log_progress=False)
     trigger.task_instance = SimpleNamespace(dag_id="d", task_id="tune", run_id="r", map_index=map_index)
@@ -101,7 +114,7 @@ def test_before_3_3_cancels_repeated_while_the_state_is_asked_interrupt_neither_
         assert answer.wait(10)
         return {"r": {"tune": "failed"}}
 
-    monkeypatch.setattr(RuntimeTaskInstance, "get_task_states", staticmethod(slow_get_task_states))
+    _comms(monkeypatch, slow_get_task_states)
     dashboard = WaitingDashboard(["RUNNING"])
     trigger = RayTuneTrigger(job_id="j", log_progress=False)
     trigger.task_instance = SimpleNamespace(dag_id="d", task_id="tune", run_id="r", map_index=-1)
