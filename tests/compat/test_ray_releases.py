@@ -2,8 +2,9 @@
 endpoint and Airflow home) runs, through RayTuneOperator, trainables of every form: an import path shipped with
 ``working_dir``, and a function and a class defined in the DAG file, pickled by value with this side's Ray.
 
-One cluster per release, one DAG run of three short trials' tasks each (blocking); the tests print their duration
-(about 45 to 60 s per release on 2 cores)."""
+One cluster per release, one DAG run of three tasks of two short trials each (blocking); the tests print their
+duration. Measured on 2 cores for 2.43.0: the stack starts in 28 s, the DAG run takes 139 s (about 30 s per Ray job,
+plus about 30 s before the first task of a process starts)."""
 
 from __future__ import annotations
 
