@@ -140,7 +140,7 @@ def test_ray_address_env_vars_do_not_redirect_the_hook(stack, monkeypatch):
     monkeypatch.setenv("RAY_API_SERVER_ADDRESS", dead)
     hook = RayHook()  # ray_default from the stack
     assert isinstance(hook.list_jobs(), list)
-    assert hook.get_conn()._address == stack.dashboard_url
+    assert hook.get_conn().address == stack.dashboard_url
     assert os.environ["RAY_ADDRESS"] == dead and os.environ["RAY_API_SERVER_ADDRESS"] == dead
 
 
@@ -226,9 +226,10 @@ def test_token_is_sent_as_bearer_header(recorder, monkeypatch):
     hook = RayHook(ray_conn_id="ray_token")
     ok, message = hook.test_connection()
     assert ok, message
-    assert hook.list_jobs() == []  # Ray's own client: version checks, then the list
+    assert hook.list_jobs() == []  # the provider's own REST client: no Ray on this side
     assert asyncio.run(RayHook(ray_conn_id="ray_token").async_list_jobs()) == []
-    assert len(_Recorder.seen) >= 4
+    paths = [seen["path"] for seen in _Recorder.seen]
+    assert "/api/version" in paths and paths.count("/api/jobs/") >= 2, paths
     assert all(seen["authorization"] == f"Bearer {_Recorder.token}" for seen in _Recorder.seen)
 
 
@@ -300,3 +301,53 @@ def test_reads_are_retried_through_two_503s_and_a_missing_job_is_not_retried(fla
     with pytest.raises(RayJobNotFoundError):
         read("missing")
     assert [p for p in _Flaky.seen if p.startswith("/api/jobs/")] == ["/api/jobs/missing"]
+
+
+# -- the engine package: uploaded by the provider, once per content ---------------------------------------------------
+
+
+def test_the_engine_package_is_uploaded_once_per_content_and_jobs_run_from_it(hook, tmp_path, monkeypatch):
+    """A copy of the engine package with content of its own (a marker file) stands for the engine: the first job
+    uploads it, the second finds it by its name (its content) and uploads nothing; both run from it."""
+    import shutil
+
+    from airflow_tune.hooks import packages
+    from airflow_tune.hooks.jobs_client import JobsClient
+
+    marker = uuid.uuid4().hex
+    engine = tmp_path / "airflow_tune"
+    shutil.copytree(packages.engine_dir(), engine, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (engine / "MARKER").write_text(marker)
+    monkeypatch.setattr(packages, "engine_dir", lambda: str(engine))
+    uploads: list[str] = []
+    real_upload = JobsClient.upload_package
+
+    def counted(self, name, data):
+        uploads.append(name)
+        return real_upload(self, name, data)
+
+    monkeypatch.setattr(JobsClient, "upload_package", counted)
+    name, _ = packages.build_package(engine)
+    assert not hook.get_conn().package_exists(name), "a new content must not be on the cluster yet"
+
+    show_marker = (
+        "import airflow_tune, pathlib; print(pathlib.Path(airflow_tune.__file__).with_name('MARKER').read_text())"
+    )
+    # From a neutral folder: the local head runs in this checkout, whose airflow_tune would come first on sys.path.
+    entrypoint = f'cd "{tmp_path}" && python -c "{show_marker}"'
+    jobs = []
+    for attempt in (1, 2):
+        job_id = f"hook-it-engine-{marker[:8]}-{attempt}"
+        hook.submit_job(
+            entrypoint=entrypoint,
+            submission_id=job_id,
+            runtime_env={"py_modules": [str(engine)]},
+            entrypoint_num_cpus=0.1,
+        )
+        jobs.append(job_id)
+    assert uploads == [name], "the package is uploaded once, then found by its content"
+    assert hook.get_conn().package_exists(name)
+    for job_id in jobs:
+        assert _wait_terminal(hook, job_id) == "SUCCEEDED", hook.get_job_logs(job_id)
+        assert marker in hook.get_job_logs(job_id), "the job did not import the uploaded package"
+        assert hook.get_conn().get_job_info(job_id)["runtime_env"]["py_modules"] == [f"gcs://{name}"]
