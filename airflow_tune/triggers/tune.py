@@ -205,6 +205,10 @@ class RayTuneTrigger(BaseTrigger):
 
     async def _stop(self, hook: RayHook) -> None:
         try:
+            # The connection is read here, on the loop: from a plain thread the Task SDK's sync lookup opens a loop
+            # of its own, and its message then interleaves with the trigger runner's (before 3.3 the triggerer
+            # stops its runner: "Response read out of order").
+            await hook.aget_endpoint()
             await asyncio.to_thread(hook.stop_job, self.job_id)
         except Exception as exc:
             self.log.warning("Could not stop Ray job %s: %s", self.job_id, exc)

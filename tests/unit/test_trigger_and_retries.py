@@ -51,6 +51,9 @@ class FakeDashboard:
 
         raise RayJobNotFoundError(f"Ray job {job_id!r} not found")
 
+    async def aget_endpoint(self) -> None:
+        """The hook reads its connection on the loop before a stop (the real one asks the Task SDK)."""
+
     def stop_job(self, job_id: str) -> bool:
         self.stopped.append(job_id)
         return True

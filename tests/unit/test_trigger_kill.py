@@ -140,3 +140,22 @@ def test_before_3_3_cancels_repeated_while_the_state_is_asked_interrupt_neither_
     asyncio.run(scenario())
     assert dashboard.stopped == ["j"]
     assert not trigger_module._AFTER_CANCEL
+
+
+def test_a_stop_reads_the_connection_on_the_loop_before_the_thread_that_stops_the_job():
+    """From a plain thread the Task SDK's sync connection lookup opens a loop of its own and its message interleaves
+    with the trigger runner's (3.1 then stops its runner): the hook's endpoint is read on the loop first."""
+    import threading
+
+    calls: list[tuple[str, bool]] = []
+
+    class Hook:
+        async def aget_endpoint(self) -> None:
+            calls.append(("endpoint", threading.current_thread() is threading.main_thread()))
+
+        def stop_job(self, job_id: str) -> bool:
+            calls.append(("stop", threading.current_thread() is threading.main_thread()))
+            return True
+
+    asyncio.run(RayTuneTrigger(job_id="j", log_progress=False)._stop(Hook()))  # type: ignore[arg-type]
+    assert calls == [("endpoint", True), ("stop", False)]
