@@ -13,7 +13,6 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from airflow_tune.exceptions import RayConnectionError, RayDashboardUnavailable,
 from airflow_tune.hooks import packages
 from airflow_tune.hooks.connection import RayEndpoint
 from airflow_tune.hooks.jobs_client import JobsClient
+from tests.unit.test_no_ray_side import _package
 
 # -- the wire format ------------------------------------------------------------------------------------------------
 
@@ -163,24 +163,12 @@ def test_the_client_never_reads_ray_address(monkeypatch):
 # -- the engine package ---------------------------------------------------------------------------------------------
 
 
-def _folder(root: Path) -> Path:
-    pkg = root / "mypkg"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "empty").mkdir()
-    (pkg / "__pycache__").mkdir()
-    (pkg / "__init__.py").write_text("X = 1\n")
-    (pkg / "sub" / "mod.py").write_text("Y = 2\n")
-    (pkg / "sub" / "stale.pyc").write_bytes(b"\0")
-    (pkg / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"\0")
-    return pkg
-
-
 def test_the_zip_has_rays_layout_for_a_py_modules_folder(tmp_path):
     """Ray's own packing of the same folder (``include_parent_dir``, as for py_modules): the same entries, but for
     the bytecode Ray would ship too."""
     from ray._private.runtime_env.packaging import _zip_files
 
-    pkg = _folder(tmp_path)
+    pkg = _package(tmp_path)
     _zip_files(str(pkg), [], str(tmp_path / "ray.zip"), include_gitignore=False, include_parent_dir=True)
     rays = {n for n in zipfile.ZipFile(tmp_path / "ray.zip").namelist() if "__pycache__" not in n}
     rays = {n for n in rays if not n.endswith(".pyc")}
