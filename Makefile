@@ -24,24 +24,25 @@ $(CLUSTER_STAMP): docker/requirements-ray.txt constraints.txt
 
 # The compatibility tier's own environments (tests/compat), installed from the registries with uv (a Ray cluster
 # virtualenv in 25 s where pip takes 90): a cluster virtualenv for each of Ray's supported ends and one release
-# between, and an Airflow environment of the oldest supported Airflow on the oldest supported Python, with the
-# provider installed without its `ray` extra (no Ray on that Airflow side).
+# between, and an Airflow environment for each older supported Airflow (the oldest on the oldest supported Python),
+# with the provider installed without its `ray` extra (no Ray on that Airflow side).
 COMPAT ?= .compat
 UV := $(VENV)/bin/uv
 COMPAT_RAY_RELEASES ?= 2.43.0 2.50.1
 COMPAT_RAY_STAMPS := $(foreach r,$(COMPAT_RAY_RELEASES),$(COMPAT)/ray-$(r)/.installed)
-COMPAT_AIRFLOW ?= 3.1.8
+# The oldest supported Airflow first; 3.3 is the main venv's.
+COMPAT_AIRFLOW_RELEASES ?= 3.1.8 3.2.2
 # The oldest supported Python: this machine has it from pyenv (not on PATH); uv never downloads one (no internet).
 COMPAT_AIRFLOW_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10.*/bin/python3.10) \
   $(shell command -v python3.10) python3.10)
-COMPAT_AIRFLOW_STAMP := $(COMPAT)/airflow-$(COMPAT_AIRFLOW)/.installed
+COMPAT_AIRFLOW_STAMPS := $(foreach r,$(COMPAT_AIRFLOW_RELEASES),$(COMPAT)/airflow-$(r)/.installed)
 # And the oldest supported Ray on the Airflow side (with the newest Airflow: the Airflow end is the env above).
 COMPAT_SIDE_RAY ?= 2.43.0
 COMPAT_SIDE_RAY_STAMP := $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)/.installed
 COMPAT_ENV := AIRFLOW_TUNE_COMPAT_DIR=$(abspath $(COMPAT)) AIRFLOW_TUNE_COMPAT_RAY="$(COMPAT_RAY_RELEASES)" \
-  AIRFLOW_TUNE_COMPAT_AIRFLOW=$(COMPAT_AIRFLOW) AIRFLOW_TUNE_COMPAT_SIDE_RAY=$(COMPAT_SIDE_RAY)
+  AIRFLOW_TUNE_COMPAT_AIRFLOW="$(COMPAT_AIRFLOW_RELEASES)" AIRFLOW_TUNE_COMPAT_SIDE_RAY=$(COMPAT_SIDE_RAY)
 
-compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMP) $(COMPAT_SIDE_RAY_STAMP)
+compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMPS) $(COMPAT_SIDE_RAY_STAMP)
 
 $(COMPAT)/ray-%/.installed: docker/requirements-ray.txt | $(STAMP)
 	rm -rf $(COMPAT)/ray-$*
@@ -50,11 +51,15 @@ $(COMPAT)/ray-%/.installed: docker/requirements-ray.txt | $(STAMP)
 	  $$(grep -v '^ray\[' docker/requirements-ray.txt | grep -v '^#')
 	touch $@
 
-$(COMPAT_AIRFLOW_STAMP): pyproject.toml | $(STAMP)
-	rm -rf $(COMPAT)/airflow-$(COMPAT_AIRFLOW)
-	$(UV) venv -q --no-python-downloads --python $(COMPAT_AIRFLOW_PYTHON) $(COMPAT)/airflow-$(COMPAT_AIRFLOW)
-	$(UV) pip install -q --python $(COMPAT)/airflow-$(COMPAT_AIRFLOW)/bin/python \
-	  "apache-airflow==$(COMPAT_AIRFLOW)" -e ".[test]"
+# The oldest Airflow on the oldest Python, the others on this machine's. An Airflow release is installed with the
+# constraints of its day; the newest of everything breaks older ones: FastAPI 0.137 and newer (with cadwyn 9) fail
+# Airflow 3.2.2's execution API at import ("TITerminalStatePayload needs a discriminator field").
+COMPAT_AIRFLOW_PINS ?= "fastapi<0.137"
+$(COMPAT_AIRFLOW_STAMPS): $(COMPAT)/airflow-%/.installed: pyproject.toml | $(STAMP)
+	rm -rf $(COMPAT)/airflow-$*
+	$(UV) venv -q --no-python-downloads --python \
+	  $(if $(filter $*,$(firstword $(COMPAT_AIRFLOW_RELEASES))),$(COMPAT_AIRFLOW_PYTHON),$(PYTHON)) $(COMPAT)/airflow-$*
+	$(UV) pip install -q --python $(COMPAT)/airflow-$*/bin/python "apache-airflow==$*" $(COMPAT_AIRFLOW_PINS) -e ".[test]"
 	rm -rf airflow_tune.egg-info
 	touch $@
 

@@ -11,7 +11,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPAT_DIR = Path(os.environ.get("AIRFLOW_TUNE_COMPAT_DIR", REPO_ROOT / ".compat"))
 #: The Ray releases with a cluster virtualenv of their own, oldest first.
 RAY_RELEASES = os.environ.get("AIRFLOW_TUNE_COMPAT_RAY", "2.43.0 2.50.1").split()
-AIRFLOW_RELEASE = os.environ.get("AIRFLOW_TUNE_COMPAT_AIRFLOW", "3.1.8")
+#: The older supported Airflow releases with an environment of their own, oldest first (3.3 is the main venv's).
+AIRFLOW_RELEASES = os.environ.get("AIRFLOW_TUNE_COMPAT_AIRFLOW", "3.1.8 3.2.2").split()
+#: The oldest supported Airflow.
+AIRFLOW_RELEASE = AIRFLOW_RELEASES[0]
 
 
 def _python(folder: str) -> Path:
@@ -26,9 +29,10 @@ def ray_cluster_python(release: str) -> Path:
     return _python(f"ray-{release}")
 
 
-def airflow_python() -> Path:
-    """The Python of the oldest supported Airflow's environment (the provider without its ``ray`` extra)."""
-    return _python(f"airflow-{AIRFLOW_RELEASE}")
+def airflow_python(release: str = AIRFLOW_RELEASE) -> Path:
+    """The Python of an older Airflow's environment (the provider without its ``ray`` extra), the oldest's by
+    default."""
+    return _python(f"airflow-{release}")
 
 
 #: The oldest supported Ray on the Airflow side, in an environment of the newest supported Airflow.

@@ -1,8 +1,9 @@
-"""The oldest supported Airflow (3.1, in an environment of its own with the provider and no Ray) as real processes
-(API server, scheduler, dag processor, triggerer; their own AIRFLOW_HOME: 3.1's schema is not 3.3's) against the
-session's Ray head and S3 endpoint: a blocking and a deferred task give the XCom contract, the Experiment view is
-served by 3.1's API server, and a task marked failed while deferred stops its Ray job (3.1 has no
-``BaseTrigger.on_kill``: the trigger asks for its task's state when cancelled). One Airflow serves the module.
+"""The older supported Airflow releases (3.1, the oldest, and 3.2, each in an environment of its own with the
+provider and no Ray) as real processes (API server, scheduler, dag processor, triggerer; their own AIRFLOW_HOME: their
+schemas are not 3.3's) against the session's Ray head and S3 endpoint: a blocking and a deferred task give the XCom
+contract, the Experiment view is served by that release's API server, and a task marked failed while deferred stops
+its Ray job (before 3.3 there is no ``BaseTrigger.on_kill``: the trigger asks for its task's state when cancelled).
+One Airflow at a time serves the module's tests for its release.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from airflow_tune.contract import RESULT_KEYS
 from tests.e2e.helpers import experiment, jobs_of, stop_live_jobs
 from tests.e2e.real_airflow import USERNAME, ApiClient, RealAirflow, wait_until
-from tests.support.compat_envs import AIRFLOW_RELEASE, airflow_python
+from tests.support.compat_envs import AIRFLOW_RELEASES, airflow_python
 from tests.support.tune_testkit.markers import read_markers
 
 pytestmark = pytest.mark.timeout(300)
@@ -40,16 +41,21 @@ def _in_env(python: Path, code: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
 
 
+@pytest.fixture(scope="module", params=AIRFLOW_RELEASES)
+def release(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def airflow(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealAirflow]:
-    python = airflow_python()
+def airflow(release: str, stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealAirflow]:
+    python = airflow_python(release)
     prefix = f"compat-airflow-{uuid.uuid4().hex[:8]}"
     env = {
         **stack.env(),
         "AIRFLOW_TUNE_STORAGE_URI": f"s3://{stack.bucket}/{prefix}/experiments",
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    home = tmp_path_factory.mktemp("airflow-compat") / "home"
+    home = tmp_path_factory.mktemp(f"airflow-{release}") / "home"
     real = RealAirflow(home, DAGS, env, airflow=str(python.parent / "airflow"))
     started = time.monotonic()
     try:
@@ -61,7 +67,7 @@ def airflow(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
         yield real
     finally:
         left = real.stop()
-        print(f"Airflow {AIRFLOW_RELEASE} processes up for {time.monotonic() - started:.0f}s: " + str(real.timings))
+        print(f"Airflow {release} processes up for {time.monotonic() - started:.0f}s: " + str(real.timings))
         assert not left, f"processes left after stopping Airflow: {left}"
 
 
@@ -103,15 +109,15 @@ def _wait_for_run(airflow: RealAirflow, api: ApiClient, dag_id: str, run_id: str
         raise
 
 
-def test_the_environment_is_the_oldest_airflow_without_ray() -> None:
+def test_the_environment_is_its_airflow_without_ray(release: str) -> None:
     found = _in_env(
-        airflow_python(),
+        airflow_python(release),
         "import importlib.metadata as m, importlib.util as u; print(m.version('apache-airflow'), u.find_spec('ray'))",
     )
-    assert found.stdout.split() == [AIRFLOW_RELEASE, "None"], found.stdout + found.stderr[-2000:]
+    assert found.stdout.split() == [release, "None"], found.stdout + found.stderr[-2000:]
 
 
-def test_blocking_and_deferred_give_the_xcom_contract_and_the_view_is_served(airflow, api, stack) -> None:
+def test_blocking_and_deferred_give_the_xcom_contract_and_the_view_is_served(release, airflow, api, stack) -> None:
     started = time.monotonic()
     run_id = _trigger(api, "aft_compat_modes", {})
     seen: set[str] = set()
@@ -137,7 +143,7 @@ def test_blocking_and_deferred_give_the_xcom_contract_and_the_view_is_served(air
         assert results["blocking"][key] == results["deferred"][key], key
     assert results["blocking"]["best_metrics"]["loss"] == results["deferred"]["best_metrics"]["loss"]
 
-    # The Experiment view, served by 3.1's API server: its tab is registered, its page and data answer the user.
+    # The Experiment view, served by this release's API server: its tab is registered, its page and data answer.
     plugins = api.get_json("/plugins")["plugins"]
     views = [v for p in plugins for v in p.get("external_views") or []]
     assert any(v["name"] == "Experiment" and v["destination"] == "task_instance" for v in views), plugins
@@ -151,10 +157,10 @@ def test_blocking_and_deferred_give_the_xcom_contract_and_the_view_is_served(air
     assert view["experiment_uri"] == results["deferred"]["experiment_uri"]
     assert view["counts"] == {"TERMINATED": 2} and view["num_trials"] == 2, view
     assert httpx.get(f"{airflow.base_url}{VIEW}/data", params=query).status_code == 401
-    print(f"Airflow {AIRFLOW_RELEASE}: blocking + deferred run and the view in {time.monotonic() - started:.0f}s")
+    print(f"Airflow {release}: blocking + deferred run and the view in {time.monotonic() - started:.0f}s")
 
 
-def test_a_task_marked_failed_while_deferred_stops_its_ray_job(airflow, api, tmp_path) -> None:
+def test_a_task_marked_failed_while_deferred_stops_its_ray_job(release, airflow, api, tmp_path) -> None:
     marks, gate = tmp_path / "marks", tmp_path / "gate"
     gate.write_text("held")  # every trial waits after its step 0 while this file exists: the job never ends alone
     space = {"x": {"grid_search": [1, 3]}, "steps": 4, "marker_dir": str(marks), "gate": {"step": 0, "file": str(gate)}}
@@ -188,7 +194,7 @@ def test_a_task_marked_failed_while_deferred_stops_its_ray_job(airflow, api, tmp
 
         final = wait_until(stopped, KILL_STOPS_WITHIN_S, f"Ray job {job['submission_id']} to stop after the kill")
         assert final["status"] == "STOPPED", final
-        print(f"Airflow {AIRFLOW_RELEASE}: the Ray job stopped {time.monotonic() - killed:.1f}s after the kill")
+        print(f"Airflow {release}: the Ray job stopped {time.monotonic() - killed:.1f}s after the kill")
         assert not read_markers(str(marks), "end"), "a trial ran to its end: the job was not stopped mid-experiment"
         assert api.task_instance("aft_compat_kill", run_id, "deferred")["state"] == "failed"
     finally:
