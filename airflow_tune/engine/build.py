@@ -17,6 +17,7 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 from airflow_tune import storage
 from airflow_tune.engine import compat
 from airflow_tune.engine.imports import EngineError, import_path, resolve_allow_listed
+from airflow_tune.engine.seeds import seed_points
 from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
 
 # --- search space -------------------------------------------------------------------------------------------------
@@ -209,7 +210,9 @@ def build_search(spec: ExperimentSpec) -> Any:
     search = spec.search
     limit = concurrency_limit(spec)
     args = dict(search.args)
-    points = [dict(p) for p in spec.points_to_evaluate] if spec.points_to_evaluate else None
+    # Model-based searchers take a point only whole and in their own shape: see engine/seeds.py.
+    seeded_by = "factory" if search.factory else str(search.name).lower()
+    points = seed_points(spec.points_to_evaluate, spec.param_space, seeded_by, build_domain)
     if search.factory:
         factory = import_path(search.factory, "search.factory")
         with _missing_package_is_fatal(f"search.factory {search.factory!r}"):

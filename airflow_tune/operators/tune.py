@@ -52,7 +52,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``
         (also ``"pkg.mod:fn"``).
     :param search: ``"optuna"`` or ``{"name": "optuna", "args": {...}, "max_concurrent": 2}``.
-    :param points_to_evaluate: configs to try first.
+    :param points_to_evaluate: configs to try first, shaped like the search space (nested configs nested). A key
+        the space samples and a point lacks is sampled from its domain (the model-based searchers take a point
+        only whole); with Optuna, HyperOpt and BayesOpt a point may not set the space's constants.
     :param resources_per_trial: ``{"cpu": 1, "gpu": 0, "memory": bytes, "<custom>": n}``, or a list of
         placement group bundles ``[{"CPU": 1}, {"CPU": 1}]`` (the trial runs in the first, its child actors in the
         others); by default a Trainable's ``default_resource_request``, else 1 CPU.
@@ -68,7 +70,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
         refused, naming what differs.
     :param warm_start: seed the search with a known good config, tried first: a model registry URI (its champion's
         config, see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`) or a config dict (an XCom).
-        Only the keys the search space samples are used.
+        Only the keys the search space samples are used, nested ones too; those it lacks are sampled.
     :param ray_conn_id: the ``ray`` connection to the cluster's dashboard.
     :param aws_conn_id: an Amazon connection to read the warm-start registry with (needs
         ``apache-airflow-providers-amazon``); by default boto3's own credential chain.

@@ -153,8 +153,14 @@ class TuneSpecBuilder:
         return allow_listed
 
     def warm_start_point(self, param_space: dict[str, Any]) -> dict[str, Any] | None:
-        """The warm-start config restricted to the sampled keys of the search space, or None."""
-        from airflow_tune.spec import primitive_of
+        """The warm-start config restricted to the sampled keys of the search space, nested ones too, or None.
+
+        Keys the space samples and the config lacks (a parameter added since) are left out: the engine fills them
+        by sampling the space for the searchers that need every key.
+
+        :param param_space: the rendered search space.
+        """
+        from airflow_tune.spec.points import restrict
 
         if not self.warm_start:
             return None
@@ -173,10 +179,7 @@ class TuneSpecBuilder:
             return None
         if not isinstance(config, dict):
             raise TypeError(f"warm_start must be a registry URI or a config dict, got {type(config).__name__}")
-        sampled = {
-            k for k, v in param_space.items() if primitive_of(v) not in (None, "const", "grid_search", "sample_from")
-        }
-        point = {k: v for k, v in config.items() if k in sampled}
+        point = restrict(config, param_space)
         self.log.info("Warm start: trying %s first", point)
         return point or None
 

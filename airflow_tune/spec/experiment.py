@@ -25,6 +25,7 @@ from airflow_tune.spec.parts import (
     SearchSpec,
     build_part,
 )
+from airflow_tune.spec.points import point_problems, seeded_searcher
 from airflow_tune.spec.space import (
     IMPORT_PATH,
     check_param_space,
@@ -287,15 +288,10 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
         if not isinstance(ptes, list) or not all(isinstance(p, Mapping) for p in ptes):
             errors.add("points_to_evaluate", ptes, "must be a list of configs", 'write [{"lr": 0.01}, ...]')
         elif isinstance(space, Mapping):
+            searcher = seeded_searcher(kw.get("search"))
             for i, point in enumerate(ptes):
-                unknown = [k for k in point if k not in space]
-                if unknown:
-                    errors.add(
-                        f"points_to_evaluate[{i}]",
-                        point,
-                        f"names parameters not in param_space: {', '.join(unknown)}",
-                        "use the param_space's keys",
-                    )
+                for problem, fix in point_problems(point, space, searcher):
+                    errors.add(f"points_to_evaluate[{i}]", point, problem, fix)
     et = kw.get("errored_trials", "resume")
     if et not in ERRORED_TRIAL_POLICIES:
         errors.add("errored_trials", et, "unknown policy", f"use one of {', '.join(ERRORED_TRIAL_POLICIES)}")

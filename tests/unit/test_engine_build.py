@@ -197,6 +197,15 @@ def test_missing_package_in_factory_names_it(monkeypatch):
         build.build_scheduler(_spec(scheduler={"factory": "m:factory"}))
 
 
+def test_missing_package_of_a_named_searcher_names_what_to_install(monkeypatch):
+    find_spec = build.importlib.util.find_spec
+    monkeypatch.setattr(
+        build.importlib.util, "find_spec", lambda name: None if name == "bayes_opt" else find_spec(name)
+    )
+    with pytest.raises(build.EngineError, match="the bayesopt searcher needs the package 'bayesian-optimization'"):
+        build.build_search(_spec(param_space={"x": {"uniform": [0, 1]}}, search="bayesopt"))
+
+
 @pytest.mark.parametrize(
     ("fields", "limit"),
     [
