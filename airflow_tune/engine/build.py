@@ -280,15 +280,12 @@ def _require_package(module: str, what: str, pip_name: str | None = None) -> Non
 # --- configs ------------------------------------------------------------------------------------------------------
 def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConfig:
     ckpt = spec.checkpoint
-    score_attribute = ckpt.score_attribute
-    score_order = ckpt.score_order
-    if ckpt.num_to_keep is not None and score_attribute is None:
-        # Keep the best checkpoints by the experiment's metric, not the latest: the best one is what we hand on.
-        score_attribute, score_order = spec.metric, spec.mode
+    # Tune's own defaults: without a score_attribute, num_to_keep keeps the newest checkpoints (the best one handed
+    # on is the best of those kept), and the score order is "max" unless given.
     checkpoint_config = tune.CheckpointConfig(
         num_to_keep=ckpt.num_to_keep,
-        checkpoint_score_attribute=score_attribute,
-        checkpoint_score_order=score_order or "max",
+        checkpoint_score_attribute=ckpt.score_attribute,
+        checkpoint_score_order=ckpt.score_order or "max",
         checkpoint_frequency=ckpt.frequency,
         checkpoint_at_end=checkpoint_at_end(spec),
     )

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from airflow_tune.contract import join_uri
+from airflow_tune.spec.compatibility import check_combinations
 from airflow_tune.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number, show
 from airflow_tune.spec.naming import check_name, check_storage
 from airflow_tune.spec.parts import (
@@ -29,7 +30,6 @@ from airflow_tune.spec.points import point_problems, seeded_searcher
 from airflow_tune.spec.space import (
     IMPORT_PATH,
     check_param_space,
-    grids,
     primitive_of,
     space_code_references,
 )
@@ -282,7 +282,7 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
                     errors.add(
                         f"stop.{k}", v, "must be a number or true/false", "give the value at which a trial stops"
                     )
-    _check_searcher_and_space(kw, errors)
+    check_combinations(kw, errors)
     ptes = kw.get("points_to_evaluate")
     if ptes is not None:
         if not isinstance(ptes, list) or not all(isinstance(p, Mapping) for p in ptes):
@@ -312,22 +312,6 @@ def _check_int(kw: dict[str, Any], key: str, errors: Errors, *, minimum: int, fi
         return
     if not is_int(value) or value < minimum:
         errors.add(key, value, f"must be an integer >= {minimum}", fix)
-
-
-def _check_searcher_and_space(kw: dict[str, Any], errors: Errors) -> None:
-    """Searchers other than random/grid sample from distributions: they cannot take a grid_search."""
-    search, space = kw.get("search"), kw.get("param_space", {})
-    if not isinstance(search, SearchSpec) or search.factory is not None or not isinstance(space, Mapping):
-        return
-    name = str(search.name).lower()
-    if name not in ("random", "grid"):
-        for path, node in grids(space, "param_space"):
-            errors.add(
-                path,
-                node,
-                f"the {name} searcher cannot sample grid_search",
-                'use "choice", or the random/grid searcher',
-            )
 
 
 def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:

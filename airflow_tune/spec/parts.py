@@ -16,9 +16,11 @@ from airflow_tune.spec.arguments import (
     check_scheduler_args,
     check_searcher_args,
 )
+from airflow_tune.spec.compatibility import check_mutations, check_scheduler_values
 from airflow_tune.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number
 from airflow_tune.spec.resources import check_bundle, is_node_pin
-from airflow_tune.spec.space import IMPORT_PATH, check_space
+from airflow_tune.spec.space import IMPORT_PATH
+from airflow_tune.spec.train_workers import check_train_workers
 
 __all__ = [
     "PARTS",
@@ -87,17 +89,10 @@ class SchedulerSpec(_Part):
             return
         args = self.args
         check_scheduler_args(name, args, errors)
+        check_scheduler_values(name, args, errors)
         for arg in ("max_t", "grace_period", "reduction_factor", "perturbation_interval", "brackets"):
             if arg in args and (not is_number(args[arg]) or args[arg] <= 0):
                 errors.add(f"scheduler.args.{arg}", args[arg], "must be a positive number", "give e.g. 1")
-        if name == "asha" and {"grace_period", "max_t"} <= set(args):
-            if is_number(args["grace_period"]) and is_number(args["max_t"]) and args["grace_period"] > args["max_t"]:
-                errors.add(
-                    "scheduler.args.grace_period",
-                    args["grace_period"],
-                    f"exceeds max_t {args['max_t']}",
-                    "make grace_period <= max_t",
-                )
         if name == "pbt":
             mutations = args.get("hyperparam_mutations")
             if not isinstance(mutations, Mapping) or not mutations:
@@ -108,9 +103,7 @@ class SchedulerSpec(_Part):
                     'write {"lr": {"loguniform": [1e-4, 1e-1]}} or {"lr": [0.1, 0.01]}',
                 )
             else:
-                for k, v in mutations.items():
-                    if not isinstance(v, list):
-                        check_space(v, f"scheduler.args.hyperparam_mutations.{k}", errors)
+                check_mutations(mutations, "scheduler.args.hyperparam_mutations", errors)
         if name == "pb2":
             bounds = args.get("hyperparam_bounds")
             if not isinstance(bounds, Mapping) or not bounds:
@@ -165,6 +158,8 @@ class ResourcesSpec(_Part):
     per_trial: dict[str, float] | None = None
     bundles: list[dict[str, float]] | None = None
     strategy: str = "PACK"
+    #: The Ray Train workers the trainable starts, outside the trial's placement group (:mod:`.train_workers`).
+    train_workers: dict[str, Any] | None = None
 
     def check(self, errors: Errors) -> None:
         if self.per_trial is not None and self.bundles is not None:
@@ -189,6 +184,8 @@ class ResourcesSpec(_Part):
             errors.add(
                 "resources.strategy", self.strategy, "unknown strategy", f"use one of {', '.join(PLACEMENT_STRATEGIES)}"
             )
+        if self.train_workers is not None:
+            check_train_workers(self.train_workers, errors)
 
 
 def node_pins(resources: ResourcesSpec | None) -> list[tuple[str, str]]:
@@ -251,6 +248,14 @@ class FailureSpec(_Part):
         for flag in ("fail_fast", "tolerate_errored_trials"):
             if not isinstance(getattr(self, flag), bool):
                 errors.add(f"failure.{flag}", getattr(self, flag), "must be true or false", "write true or false")
+        if self.fail_fast is True and is_int(self.max_failures) and self.max_failures != 0:
+            # Tune's FailureConfig raises this when it is built, on the cluster: a failed trial is never retried.
+            errors.add(
+                "failure.max_failures",
+                self.max_failures,
+                "Tune refuses it with fail_fast: max_failures must be 0 if fail_fast=True",
+                "set max_failures to 0, or fail_fast to false to retry failed trials",
+            )
 
 
 PARTS: dict[str, type[_Part]] = {
@@ -263,8 +268,11 @@ def normalize_part(key: str, value: Any) -> Any:
     if key == "resources" and isinstance(value, list):
         return {"bundles": value}
     if key == "resources" and isinstance(value, Mapping) and "bundles" not in value and "per_trial" not in value:
-        amounts = {k: v for k, v in value.items() if k != "strategy"}
-        return {"per_trial": amounts, **({"strategy": value["strategy"]} if "strategy" in value else {})}
+        amounts = {k: v for k, v in value.items() if k not in ("strategy", "train_workers")}
+        kept = {k: value[k] for k in ("strategy", "train_workers") if k in value}
+        if not amounts and "train_workers" in value:  # the trial itself asks for Tune's default
+            return kept
+        return {"per_trial": amounts, **kept}
     if key in ("scheduler", "search") and isinstance(value, str):
         value = {"factory": value} if ":" in value else {"name": value}
     if key in ("scheduler", "search") and isinstance(value, Mapping) and value.get("factory") and "name" not in value:

@@ -4,6 +4,7 @@ Ray Tune would run as code, the import paths a space names, and the JSON schema 
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -46,6 +47,92 @@ def primitive_of(node: Any) -> str | None:
     return None
 
 
+#: Names people write for a primitive Tune spells otherwise.
+_ALIASES = {"normal": "randn", "qnormal": "qrandn", "loguniform_int": "lograndint", "sample": "sample_from"}
+
+
+def _normal(key: str) -> str:
+    return key.lower().replace("_", "").replace("-", "")
+
+
+def _looks_like_arguments(name: str, value: Any) -> bool:
+    """Whether ``value`` has the form of ``name``'s arguments (see :func:`misread_primitive`)."""
+    if name in ("choice", "grid_search"):
+        return isinstance(value, list) and bool(value)
+    if name == "sample_from":
+        return isinstance(value, str) and bool(IMPORT_PATH.match(value))
+    if name == "const":
+        return False
+    values = list(value.values()) if isinstance(value, Mapping) else value
+    low, high = PRIMITIVES[name]
+    return isinstance(values, list) and low <= len(values) <= high and all(is_number(v) for v in values)
+
+
+def _close_primitive(key: str) -> str | None:
+    text = _normal(key)
+    for name in PRIMITIVES:
+        if _normal(name) == text:
+            return name
+    if text in _ALIASES:
+        return _ALIASES[text]
+    names = {_normal(n): n for n in PRIMITIVES if n != "const"}
+    close = difflib.get_close_matches(text, list(names), n=1, cutoff=0.8)
+    # A plural ("choices") is an English word a nested config may use; a typo of a primitive is not.
+    return names[close[0]] if close and text.rstrip("s") != close[0] else None
+
+
+def misread_primitive(node: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why a mapping that is not a primitive would be read as one by its author, with the fix; None if it is not.
+
+    The rule never refuses a plausible nested config; it refuses a mapping only when one of its keys:
+
+    - is a primitive's name up to case, underscores and small typos (difflib ratio >= 0.8; a trailing "s" is a
+      plural, not a typo; ``const`` only up to case and underscores) or a common alias (``normal`` for ``randn``),
+    - and holds that primitive's argument form: a list (or object) of numbers of the primitive's arity, a non-empty
+      list for ``choice``/``grid_search``, an import path for ``sample_from``;
+    - and, for a primitive's exact name (not ``const``), the mapping has other keys (``{"uniform": [0, 1], "q": 0.1}``).
+
+    ``{"model": {"layers": 3}}``, ``{"choices": [1, 2]}`` and ``{"sample": 0.1}`` stay nested configs.
+    """
+    for key, value in node.items():
+        if not isinstance(key, str):
+            continue
+        if key in PRIMITIVES:
+            if len(node) > 1 and _looks_like_arguments(key, value):
+                others = ", ".join(repr(k) for k in node if k != key)
+                return (
+                    f"a primitive is a one-key object, and {key!r} comes with {others}",
+                    f'write {{"{key}": ...}} alone (its arguments go in its list'
+                    + (', e.g. {"quniform": [low, high, q]}' if key == "uniform" else "")
+                    + ")",
+                )
+            continue
+        close = _close_primitive(key)
+        if close is not None and _looks_like_arguments(close, value):
+            return (
+                f"unknown search-space primitive {key!r}",
+                f"did you mean {close!r}? The primitives are {', '.join(PRIMITIVES)}",
+            )
+    return None
+
+
+def tune_grid_nodes(value: Any, path: str) -> list[tuple[str, Any]]:
+    """Every one-key ``{"grid_search": ...}`` mapping below ``value``: Tune expands each into a grid, wherever it is
+    in a config (``ray/tune/search/variant_generator.py``, ``_try_resolve``)."""
+    found: list[tuple[str, Any]] = []
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, Mapping):
+            if len(node) == 1 and "grid_search" in node:
+                found.append((where, node))
+                continue
+            stack.extend((f"{where}.{k}", v) for k, v in node.items())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
+    return sorted(found, key=lambda item: item[0])
+
+
 def check_param_space(space: Mapping[str, Any], path: str, errors: Errors) -> None:
     """The root of a search space maps parameter names to nodes; it is never a primitive itself (a parameter may be
     called "choice" or "sample"), which is also how the engine reads it."""
@@ -57,33 +144,33 @@ def check_param_space(space: Mapping[str, Any], path: str, errors: Errors) -> No
 
 
 def check_space(node: Any, path: str, errors: Errors) -> None:
+    """One search-space node: a primitive with its arguments, a nested config, a list or a constant.
+
+    A mapping that reads as a primitive but is not one is refused (:func:`misread_primitive`); values inside
+    ``choice``/``grid_search`` are checked like any node.
+    """
     name = primitive_of(node)
     if name is None:
         if isinstance(node, Mapping):
-            if len(node) == 1:
-                (key,) = node.keys()
-                close = [p for p in PRIMITIVES if p.replace("_", "") == str(key).lower().replace("_", "")]
-                if close or str(key).lower() in ("normal", "lognormal", "loguniform_int", "sample"):
-                    errors.add(
-                        path,
-                        node,
-                        f"unknown search-space primitive {key!r}",
-                        f"use one of {', '.join(PRIMITIVES)}"
-                        + (f" (did you mean {close[0]!r}?)" if close else "")
-                        + ', or {"const": {...}} for a plain nested value',
-                    )
-                    return
+            misread = misread_primitive(node)
+            if misread is not None:
+                problem, fix = misread
+                errors.add(path, node, problem, fix + ', or {"const": {...}} for a plain nested value')
+                return
             check_param_space(node, path, errors)
             return
         if isinstance(node, list):
             for i, child in enumerate(node):
-                if primitive_of(child) is not None:
+                if primitive_of(child) is not None or isinstance(child, (Mapping, list)):
                     check_space(child, f"{path}[{i}]", errors)
         return
     args = node[name]
     if name in ("choice", "grid_search"):
         if not isinstance(args, list) or not args:
             errors.add(path, node, f"{name} needs a non-empty list of values", f'write {{"{name}": [v1, v2, ...]}}')
+            return
+        for i, value in enumerate(args):
+            check_space(value, f"{path}.{name}[{i}]", errors)
         return
     if name == "sample_from":
         if not isinstance(args, str) or not IMPORT_PATH.match(args):
@@ -95,6 +182,13 @@ def check_space(node: Any, path: str, errors: Errors) -> None:
             )
         return
     if name == "const":
+        for where, grid in tune_grid_nodes(args, f"{path}.const"):
+            errors.add(
+                where,
+                grid,
+                'Tune expands every one-key {"grid_search": [...]} object into a grid, inside const too',
+                "use grid_search itself, or give the object another key",
+            )
         return
     low_n, high_n = PRIMITIVES[name]
     if isinstance(args, Mapping):
@@ -239,7 +333,8 @@ def search_space_schema(primitives: tuple[str, ...] | None = None) -> dict[str, 
     accepted anywhere, so a form cannot carry nested configs. Parameter names are identifiers of at most 64
     characters. The operator's own checks still apply to what passes.
 
-    :param primitives: the primitives to offer; by default every number primitive plus choice and grid_search.
+    :param primitives: the primitives to offer; by default every number primitive plus choice and grid_search
+        (``compatibility.searcher_primitives(name)`` gives those one searcher takes).
     """
     numbers = {"type": "array", "items": {"type": "number"}}
     offered = primitives or tuple(p for p in PRIMITIVES if p not in ("sample_from", "const"))

@@ -65,13 +65,14 @@ def test_class_api_checkpoint_frequency_at_end_and_num_to_keep(stack, tmp_path):
         saved = sorted(m["it"] for m in markers if m["event"] == "save" and m["trial_id"] == trial["trial_id"])
         assert saved == [2, 4, 6, 8], "every 2nd iteration; at_end adds none at 8 (already saved there)"
         kept = [jobs.read_checkpoint_state(uri)["it"] for uri in jobs.checkpoint_dirs(trial["path"])]
-        # num_to_keep=2 keeps the two best by the metric (4, 2) and Tune always keeps the latest (8): 6 is deleted.
-        assert sorted(kept) == [2, 4, 8], kept
+        # num_to_keep=2 without a score_attribute keeps the two newest, as Tune does: 2 and 4 are deleted.
+        assert sorted(kept) == [6, 8], kept
     cleanups = [m for m in markers if m["event"] == "cleanup"]
     assert len(cleanups) == 2
     state = jobs.read_checkpoint_state(manifest["best_checkpoint_uri"])
     assert state["trial_id"] == manifest["best_trial_id"] and state["x"] == 3
-    assert state["it"] == 4 and state["loss"] == pytest.approx(0.04), "the best checkpoint, not the latest"
+    # The best of the kept checkpoints (6: loss 0.26), not the latest (8: loss 0.48).
+    assert state["it"] == 6 and state["loss"] == pytest.approx(0.26), "the best kept checkpoint, not the latest"
 
 
 def test_class_api_checkpoint_at_end_only(stack, tmp_path):

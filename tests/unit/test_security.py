@@ -148,8 +148,9 @@ CODE_REFERENCE_CASES = [
     ("search-factory", {"search": {"factory": "{P}", "args": {"cmd": "id"}}}, "search.factory"),
     (
         "pbt-mutation",
-        {"scheduler": {"name": "pbt", "args": {"hyperparam_mutations": {"lr": {"sample_from": "{P}"}}}}},
-        "scheduler.args.hyperparam_mutations.lr",
+        # Nested: PBT refuses a top-level sample_from mutation (the spec does too), and runs one inside an object.
+        {"scheduler": {"name": "pbt", "args": {"hyperparam_mutations": {"opt": {"lr": {"sample_from": "{P}"}}}}}},
+        "scheduler.args.hyperparam_mutations.opt.lr",
     ),
 ]
 
@@ -204,7 +205,12 @@ LITERAL_CASES = [
     ("json-string-templated", {"scheduler": '{"factory": "my_models.sched:make", "args": {"n": {{ params.n }}}}'}),
     (
         "pbt-mutation",
-        {"scheduler": {"name": "pbt", "args": {"hyperparam_mutations": {"lr": {"sample_from": "my_models.m:lr"}}}}},
+        {
+            "scheduler": {
+                "name": "pbt",
+                "args": {"hyperparam_mutations": {"opt": {"lr": {"sample_from": "my_models.m:lr"}}}},
+            }
+        },
     ),
 ]
 
