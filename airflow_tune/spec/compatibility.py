@@ -304,6 +304,8 @@ def check_combinations(kw: Mapping[str, Any], errors: Errors) -> None:
     search_name = str(getattr(search, "name", "random")).lower() if named_search else None
     if search_name is not None and isinstance(space, Mapping):
         check_searcher_space(search_name, space, errors)
+    if search_name == "optuna" and isinstance(getattr(search, "args", None), Mapping):
+        _check_evaluated_rewards(search.args.get("evaluated_rewards"), kw.get("points_to_evaluate"), space, errors)
     scheduler_name = getattr(scheduler, "canonical_name", None) if getattr(scheduler, "factory", 1) is None else None
     if scheduler_name in _POPULATION and search_name not in (None, "random", "grid"):
         errors.add(
@@ -313,3 +315,35 @@ def check_combinations(kw: Mapping[str, Any], errors: Errors) -> None:
             f"schedulers (scheduler {scheduler_name!r})",
             'use search "random" (PBT explores by itself), or another scheduler',
         )
+
+
+def _check_evaluated_rewards(rewards: Any, points: Any, space: Any, errors: Errors) -> None:
+    """Optuna's ``evaluated_rewards`` are the results of ``points_to_evaluate``, one each: it raises ValueError when
+    the counts differ and ignores rewards without points; a reward for a point the engine completes by sampling
+    would be credited to values nobody evaluated."""
+    if not isinstance(rewards, list) or not rewards:
+        return
+    count = len(points) if isinstance(points, list) else 0
+    if count != len(rewards):
+        errors.add(
+            "search.args.evaluated_rewards",
+            rewards,
+            f"Optuna pairs each reward with a point to evaluate, and there are {count} points (a warm_start adds "
+            "one, first)",
+            "give one reward per point of points_to_evaluate, in order, or drop evaluated_rewards",
+        )
+        return
+    if not isinstance(space, Mapping):
+        return
+    from airflow_tune.spec.points import missing_paths  # points imports parts, which imports this module
+
+    for i, point in enumerate(points):
+        missing = missing_paths(point, space) if isinstance(point, Mapping) else []
+        if missing:
+            errors.add(
+                f"points_to_evaluate[{i}]",
+                point,
+                f"has a reward in search.args.evaluated_rewards but no {', '.join('.'.join(p) for p in missing)}: "
+                "the engine would sample them, and Optuna credit the reward to values never evaluated",
+                "give every sampled parameter in a point with a reward, or drop evaluated_rewards",
+            )

@@ -389,3 +389,57 @@ def test_checkpoint_retention_follows_tunes_defaults():
         spec(mode="max", checkpoint={"num_to_keep": 2, "score_attribute": "loss", "score_order": "min"}), []
     ).checkpoint_config
     assert (best.checkpoint_score_attribute, best.checkpoint_score_order) == ("loss", "min")  # never the mode
+
+
+def test_optunas_evaluated_rewards_pair_with_complete_points():
+    space = {"x": {"uniform": [0, 1]}, "n": {"w": {"randint": [1, 4]}}}
+    rewards = {"search": {"name": "optuna", "args": {"evaluated_rewards": [0.5, 0.7]}}, "param_space": space}
+    assert_refused(
+        {**rewards, "points_to_evaluate": [{"x": 0.1, "n": {"w": 2}}]}, "search.args.evaluated_rewards", ["1 points"]
+    )
+    assert_refused(rewards, "search.args.evaluated_rewards", ["0 points"])
+    point = {"x": 0.1, "n": {"w": 2}}
+    assert_refused(
+        {**rewards, "points_to_evaluate": [point, {"x": 0.2}]}, "points_to_evaluate[1]", ["no n.w", "never evaluated"]
+    )
+    spec(**rewards, points_to_evaluate=[point, {"x": 0.2, "n": {"w": 3}}])
+
+
+def test_the_tables_match_the_installed_rays_signatures():
+    """The argument tables (spec/arguments.py) against inspect.signature of the classes Ray imports (the AST test in
+    test_spec_resources_searchers.py reads the same classes' source)."""
+    from ray.tune.schedulers import (
+        AsyncHyperBandScheduler,
+        HyperBandScheduler,
+        MedianStoppingRule,
+        PopulationBasedTraining,
+    )
+    from ray.tune.schedulers.pb2 import PB2
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+    from ray.tune.search.bayesopt import BayesOptSearch
+    from ray.tune.search.hyperopt import HyperOptSearch
+    from ray.tune.search.optuna import OptunaSearch
+
+    from airflow_tune.spec.arguments import (
+        SCHEDULER_CODE_ARGS,
+        SCHEDULERS,
+        SEARCHER_ARGS,
+        SEARCHER_CODE_ARGS,
+        SEARCHER_SET_BY_SPEC,
+    )
+
+    def params(cls: type) -> set[str]:
+        return set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+
+    searchers = {"random": BasicVariantGenerator, "grid": BasicVariantGenerator, "optuna": OptunaSearch}
+    searchers |= {"hyperopt": HyperOptSearch, "bayesopt": BayesOptSearch}
+    assert set(searchers) == set(SEARCHERS)
+    for name, cls in searchers.items():
+        extra = {"max_concurrent"} if name in ("random", "grid") else set()
+        spec_set = (set(SEARCHER_SET_BY_SPEC) | extra) & params(cls)
+        assert params(cls) == set(SEARCHER_ARGS[name]) | set(SEARCHER_CODE_ARGS.get(name, {})) | spec_set, name
+    schedulers = {"asha": AsyncHyperBandScheduler, "hyperband": HyperBandScheduler, "pbt": PopulationBasedTraining}
+    schedulers |= {"median_stopping_rule": MedianStoppingRule, "pb2": PB2}
+    assert set(schedulers) == set(SCHEDULERS) - {"fifo"}
+    for name, cls in schedulers.items():
+        assert params(cls) == SCHEDULERS[name] | set(SCHEDULER_CODE_ARGS.get(name, {})) | {"metric", "mode"}, name
