@@ -4,6 +4,11 @@ Tune 2.60 only prints a warning for a trial no node can host (a GPU on a CPU-onl
 only the task's ``execution_timeout`` would end it. This Tune callback compares each pending trial's placement group
 with the capacity of the cluster's alive nodes and, once a trial has been infeasible for ``wait_s`` (give an
 autoscaling cluster time to add nodes), raises, which ends the experiment (and the job) with the reason.
+
+A trial whose trainable runs a Ray Train trainer also needs the trainer's workers, which Train V2 places in a
+placement group of its own, outside the trial's (Tune never sees them, and Train waits for them forever when no node
+set can hold them). The workers the spec declares (``resources.train_workers``) are counted with each pending trial:
+the trial's group and the workers' group must each fit, and both together in the cluster's total.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ray import tune
+
+from airflow_tune.spec import ExperimentSpec
+from airflow_tune.spec.train_workers import worker_group
 
 #: How often the cluster's nodes are asked for, at most.
 CHECK_EVERY_S = 2.0
@@ -43,6 +51,27 @@ def fits(bundles: Sequence[Mapping[str, float]], strategy: str, nodes: Sequence[
     return True
 
 
+def fits_with_workers(
+    bundles: Sequence[Mapping[str, float]],
+    strategy: str,
+    workers: tuple[Sequence[Mapping[str, float]], str] | None,
+    nodes: Sequence[Mapping[str, float]],
+) -> bool:
+    """Whether a trial's placement group and the Train workers' (a separate group, or None) could both be placed."""
+    if not fits(bundles, strategy, nodes):
+        return False
+    if workers is None:
+        return True
+    worker_bundles, worker_strategy = workers
+    if not fits(worker_bundles, worker_strategy, nodes):
+        return False
+    need: dict[str, float] = {}
+    for bundle in [*bundles, *worker_bundles]:
+        for name, amount in bundle.items():
+            need[name] = need.get(name, 0.0) + amount
+    return all(sum(node.get(name, 0.0) for node in nodes) >= amount for name, amount in need.items() if amount)
+
+
 def alive_node_resources() -> list[dict[str, float]]:
     import ray
 
@@ -63,6 +92,8 @@ class FeasibilityCallback(tune.Callback):
     """Raise :class:`InfeasibleResourcesError` once a pending trial has asked ``wait_s`` for what no node has.
 
     :param wait_s: how long a trial may be infeasible before the experiment fails (time for an autoscaler).
+    :param train_workers: the Train workers each trial starts, as their placement group's bundles and strategy
+        (:func:`airflow_tune.spec.train_workers.worker_group`), or None.
     :param nodes: the alive nodes' total resources (for tests); by default read from Ray.
     :param clock: seconds, monotonic (for tests).
     """
@@ -71,14 +102,22 @@ class FeasibilityCallback(tune.Callback):
         self,
         wait_s: float = 0.0,
         *,
+        train_workers: tuple[list[dict[str, float]], str] | None = None,
         nodes: Callable[[], list[dict[str, float]]] = alive_node_resources,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.wait_s = wait_s
+        self.train_workers = train_workers
         self.nodes = nodes
         self.clock = clock
         self._checked_at = -float("inf")
         self._infeasible_since: float | None = None
+
+    @classmethod
+    def for_spec(cls, spec: ExperimentSpec) -> FeasibilityCallback:
+        """The check of ``spec``: its ``infeasible_wait_s`` and the Train workers it declares."""
+        workers = spec.resources.train_workers if spec.resources is not None else None
+        return cls(spec.infeasible_wait_s, train_workers=worker_group(workers))
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         now = self.clock()
@@ -93,7 +132,7 @@ class FeasibilityCallback(tune.Callback):
         stuck = []
         for trial in pending:
             pgf = trial.placement_group_factory
-            if not fits(pgf.bundles, pgf.strategy, nodes):
+            if not fits_with_workers(pgf.bundles, pgf.strategy, self.train_workers, nodes):
                 stuck.append((trial, pgf))
         if not stuck:
             self._infeasible_since = None
@@ -104,9 +143,17 @@ class FeasibilityCallback(tune.Callback):
             return
         trial, pgf = stuck[0]
         asked = pgf.bundles if len(pgf.bundles) > 1 else pgf.bundles[0]
+        workers, offers = "", "which no node of the cluster offers"
+        if self.train_workers is not None:
+            worker_bundles, worker_strategy = self.train_workers
+            workers = (
+                f" and its {len(worker_bundles)} Train workers {worker_bundles[0]} each ({worker_strategy}, a "
+                "placement group of their own: resources_per_trial.train_workers)"
+            )
+            offers = "which the cluster's nodes cannot hold"
         raise InfeasibleResourcesError(
-            f"trial {trial.trial_id} asks for {asked} ({pgf.strategy}), which no node of the cluster offers "
-            f"(nodes: {describe_nodes(nodes)}); {len(stuck)} pending trial(s) cannot run. Ask for less in "
+            f"trial {trial.trial_id} asks for {asked} ({pgf.strategy}){workers}, {offers} (nodes: "
+            f"{describe_nodes(nodes)}); {len(stuck)} pending trial(s) cannot run. Ask for less in "
             "resources_per_trial (or the trainable's default_resource_request), add such nodes, or, on an "
             "autoscaling cluster, give it time with infeasible_wait_s"
         )

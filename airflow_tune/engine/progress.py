@@ -23,7 +23,7 @@ from ray import tune
 
 from airflow_tune import jsonsafe, storage
 from airflow_tune.contract import LOG_MARK, PROGRESS_FILE, TRIALS_FILE, manifest_uri
-from airflow_tune.engine import compat
+from airflow_tune.engine import compat, train_checkpoints
 from airflow_tune.spec import ExperimentSpec
 
 TOP_TRIALS = 10
@@ -332,7 +332,7 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
         best_trial_id = best.metrics.get("trial_id")
         best_config = jsonable(best.config)
         best_metrics = jsonable_metrics(best.metrics)
-        best_checkpoint_uri = _best_checkpoint_uri(spec, best)
+        best_checkpoint_uri = _best_checkpoint_uri(spec, best) or train_checkpoints.best_uri(spec, best)
     return {
         "experiment": spec.name,
         "experiment_uri": spec.experiment_uri,

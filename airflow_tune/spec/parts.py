@@ -20,6 +20,7 @@ from airflow_tune.spec.compatibility import check_mutations, check_scheduler_val
 from airflow_tune.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number
 from airflow_tune.spec.resources import check_bundle, is_node_pin
 from airflow_tune.spec.space import IMPORT_PATH
+from airflow_tune.spec.train_workers import check_train_workers
 
 __all__ = [
     "PARTS",
@@ -157,6 +158,8 @@ class ResourcesSpec(_Part):
     per_trial: dict[str, float] | None = None
     bundles: list[dict[str, float]] | None = None
     strategy: str = "PACK"
+    #: The Ray Train workers the trainable starts, outside the trial's placement group (:mod:`.train_workers`).
+    train_workers: dict[str, Any] | None = None
 
     def check(self, errors: Errors) -> None:
         if self.per_trial is not None and self.bundles is not None:
@@ -181,6 +184,8 @@ class ResourcesSpec(_Part):
             errors.add(
                 "resources.strategy", self.strategy, "unknown strategy", f"use one of {', '.join(PLACEMENT_STRATEGIES)}"
             )
+        if self.train_workers is not None:
+            check_train_workers(self.train_workers, errors)
 
 
 def node_pins(resources: ResourcesSpec | None) -> list[tuple[str, str]]:
@@ -263,8 +268,11 @@ def normalize_part(key: str, value: Any) -> Any:
     if key == "resources" and isinstance(value, list):
         return {"bundles": value}
     if key == "resources" and isinstance(value, Mapping) and "bundles" not in value and "per_trial" not in value:
-        amounts = {k: v for k, v in value.items() if k != "strategy"}
-        return {"per_trial": amounts, **({"strategy": value["strategy"]} if "strategy" in value else {})}
+        amounts = {k: v for k, v in value.items() if k not in ("strategy", "train_workers")}
+        kept = {k: value[k] for k in ("strategy", "train_workers") if k in value}
+        if not amounts and "train_workers" in value:  # the trial itself asks for Tune's default
+            return kept
+        return {"per_trial": amounts, **kept}
     if key in ("scheduler", "search") and isinstance(value, str):
         value = {"factory": value} if ":" in value else {"name": value}
     if key in ("scheduler", "search") and isinstance(value, Mapping) and value.get("factory") and "name" not in value:
