@@ -162,7 +162,7 @@ def _walk(
     if primitive is not None:
         args = node[primitive]
         listed = list(args.values()) if isinstance(args, Mapping) else args if isinstance(args, list) else []
-        refusal = takes.refused.get(primitive)
+        refusal, count = takes.refused.get(primitive), len(errors.items)
         if refusal is not None and (refusal.when is None or refusal.when(listed)):
             errors.add(path, node, f"the {name} searcher {refusal.why}", refusal.instead)
         elif in_choice and (takes.choice_values == "plain" or (in_list and takes.choice_values == "spaces")):
@@ -181,7 +181,8 @@ def _walk(
                 f"the {name} searcher cannot take a primitive inside a list (it raises TypeError naming it)",
                 f"use an object with a key per item, or {_RANDOM}",
             )
-        if primitive in ("choice", "grid_search") and isinstance(args, list):
+        # A refused node is named once, not again for what its values hold.
+        if len(errors.items) == count and primitive in ("choice", "grid_search") and isinstance(args, list):
             for i, value in enumerate(args):
                 _walk(name, takes, value, f"{path}.{primitive}[{i}]", errors, in_choice=True, in_list=False, root=False)
         return True
@@ -298,14 +299,16 @@ _POPULATION = {"pbt": "PopulationBasedTraining", "pb2": "PB2"}
 
 
 def check_combinations(kw: Mapping[str, Any], errors: Errors) -> None:
-    """What Tune refuses only once it runs, from two fields: the searcher and the space; PBT/PB2 and a searcher."""
+    """What Tune refuses only once it runs, from two fields: the searcher and the space, Optuna's rewards and the
+    points, PBT/PB2 and a searcher. ``kw`` holds the spec's fields as built (parts as objects)."""
     search, scheduler, space = kw.get("search"), kw.get("scheduler"), kw.get("param_space", {})
     named_search = getattr(search, "factory", "unset") is None
     search_name = str(getattr(search, "name", "random")).lower() if named_search else None
     if search_name is not None and isinstance(space, Mapping):
         check_searcher_space(search_name, space, errors)
-    if search_name == "optuna" and isinstance(getattr(search, "args", None), Mapping):
-        _check_evaluated_rewards(search.args.get("evaluated_rewards"), kw.get("points_to_evaluate"), space, errors)
+    search_args = getattr(search, "args", None)
+    if search_name == "optuna" and isinstance(search_args, Mapping):
+        _check_evaluated_rewards(search_args.get("evaluated_rewards"), kw.get("points_to_evaluate"), space, errors)
     scheduler_name = getattr(scheduler, "canonical_name", None) if getattr(scheduler, "factory", 1) is None else None
     if scheduler_name in _POPULATION and search_name not in (None, "random", "grid"):
         errors.add(
