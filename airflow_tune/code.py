@@ -2,10 +2,10 @@
 
 Who may trigger a DAG and who may write one are different roles in Airflow. Anything that reaches the operator
 through rendering (a template, a Param, a trigger conf, an XCom, a macro) is data. Code is what the cluster imports
-and runs: the trainable, a scheduler or searcher factory, a ``sample_from`` function. An import path is accepted only
-when it was written in the DAG file, that is, present in the operator's arguments before rendering, or when the
-deployment allow-lists it (the ``[airflow_tune] allowed_code_references`` option or the ``ray`` connection's extra
-of the same name; no DAG run can change either).
+and runs: the trainable, a scheduler or searcher factory, a custom callback, a ``sample_from`` function. An import
+path is accepted only when it was written in the DAG file, that is, present in the operator's arguments before
+rendering, or when the deployment allow-lists it (the ``[airflow_tune] allowed_code_references`` option or the
+``ray`` connection's extra of the same name; no DAG run can change either).
 
 A trainable passed as a Python object is code the DAG author wrote. When the cluster cannot import it by name (it
 lives in the DAG file, which Airflow loads under a generated module name, or it is a lambda or a closure), it is
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from airflow_tune.spec import ExperimentSpec
 
 #: Operator arguments whose import paths the cluster runs, and the spec fields each one fills.
-CODE_ARGUMENTS = ("trainable", "param_space", "scheduler", "search")
+CODE_ARGUMENTS = ("trainable", "param_space", "scheduler", "search", "callbacks")
 ALLOW_LIST_OPTION = "allowed_code_references"
 CONFIG_SECTION = "airflow_tune"
 #: The package a by-value trainable travels in (a folder in the job's ``py_modules``).

@@ -16,8 +16,10 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from airflow_tune import storage
 from airflow_tune.engine import compat
+from airflow_tune.engine.callbacks import build_callbacks
 from airflow_tune.engine.imports import EngineError, import_path, resolve_allow_listed
 from airflow_tune.engine.seeds import seed_points
+from airflow_tune.engine.stopping import build_stop
 from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
 
 # --- search space -------------------------------------------------------------------------------------------------
@@ -294,7 +296,7 @@ def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConf
         name=spec.name,
         storage_path=storage_path,
         storage_filesystem=storage_filesystem,
-        stop=dict(spec.stop) if spec.stop else None,
+        stop=build_stop(spec),
         checkpoint_config=checkpoint_config,
         failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
         callbacks=callbacks,
@@ -354,6 +356,7 @@ def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner,
     for path in spec.allow_listed:
         resolve_allow_listed(path, "allow-listed code reference")
     keep_credentials_out_of_trials()
+    callbacks = [*callbacks, *build_callbacks(spec)]  # the spec's after the engine's own
     trainable = build_trainable(spec)
     if experiment_state_exists(spec):
         experiment_path, storage_filesystem = storage.tune_storage(spec.experiment_uri)
@@ -366,7 +369,8 @@ def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner,
             restart_errored=spec.errored_trials == "restart",
             param_space=build_param_space(spec),
         )
-        # The restored Tuner keeps its pickled RunConfig; our callbacks are new objects for this driver.
+        # The restored Tuner keeps its pickled RunConfig, whose callbacks are the first run's: this driver runs new
+        # ones, the spec's included.
         _replace_callbacks(tuner, callbacks)
         return tuner, True
     tuner = tune.Tuner(
@@ -379,7 +383,5 @@ def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner,
 
 
 def _replace_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
-    run_config = compat.tuner_run_config(tuner)
-    own = tuple(type(cb) for cb in callbacks)
-    kept = [cb for cb in (run_config.callbacks or []) if not isinstance(cb, own)]
-    run_config.callbacks = kept + callbacks
+    """Every pickled callback is one the engine built (its own and the spec's): replace them all."""
+    compat.tuner_run_config(tuner).callbacks = list(callbacks)

@@ -71,21 +71,25 @@ def add_to_last_result(trial: Any, key: str, value: Any) -> None:
 
 
 # --- arguments ------------------------------------------------------------------------------------------------------
-def check_arguments(cls: Any, args: Mapping[str, Any], what: str) -> None:
-    """Refuse keyword arguments that ``cls`` (a scheduler or searcher of the cluster's Ray) does not take.
+def check_arguments(cls: Any, args: Mapping[str, Any], what: str, *, named: bool = False) -> None:
+    """Refuse keyword arguments that ``cls`` (a scheduler, searcher, stopper or callback of the cluster's Ray) does
+    not take.
 
     The spec admits the arguments of the newest supported Ray; an older cluster may lack some. A class whose
-    signature takes ``**kwargs`` is left to check its own.
+    signature takes ``**kwargs`` is left to check its own, unless ``named``: then ``args`` must be named in the
+    signature (``WandbLoggerCallback`` hands its ``**kwargs`` to ``wandb.init``, so an argument that only 2.60 names,
+    such as ``video_kwargs``, would reach wandb.init on 2.43).
     """
     try:
         params = inspect.signature(cls).parameters
     except (TypeError, ValueError):
         return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+    if not named and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     unknown = sorted(k for k in args if k not in params)
     if unknown:
-        taken = ", ".join(k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL)
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        taken = ", ".join(k for k, p in params.items() if p.kind not in variadic)
         raise EngineError(
             f"{what}: {', '.join(map(repr, unknown))} not taken by {cls.__name__} of the cluster's Ray "
             f"{ray_version()} (it takes {taken}): drop {'them' if len(unknown) > 1 else 'it'} from the args, or run a "

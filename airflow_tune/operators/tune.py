@@ -48,7 +48,15 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     :param max_concurrent_trials: at most this many trials at once.
     :param reuse_actors: reuse Class API actors between trials (``reset_config``).
     :param time_budget_s: stop starting and running trials after this many seconds.
-    :param stop: per-trial stop criteria, e.g. ``{"training_iteration": 10}``.
+    :param stop: stop criteria: Tune's ``{"training_iteration": 10}`` (a trial stops once a metric is >= its value),
+        or a list any of which stops: ``[{"metric": "loss", "below": 0.1}, {"name": "trial_plateau", "args":
+        {"std": 0.01}}]`` (thresholds ``above``/``below``, and Tune's ``trial_plateau``, ``experiment_plateau``,
+        ``maximum_iteration`` and ``timeout`` stoppers with their arguments).
+    :param callbacks: Tune callbacks added to the run: loggers by name (``"csv"``, ``"json"``, ``"tbx"``,
+        ``{"name": "mlflow", "args": {...}}``, ``"wandb"``; no credentials in their arguments: set those in the
+        cluster's environment) and custom ``tune.Callback`` classes or factories by import path
+        (``"pkg.mod:MyCallback"`` or ``{"factory": "pkg.mod:make", "args": {...}}``; code, so written in the DAG
+        file or allow-listed).
     :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``
         (also ``"pkg.mod:fn"``).
     :param search: ``"optuna"`` or ``{"name": "optuna", "args": {...}, "max_concurrent": 2}``.
@@ -97,6 +105,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     template_fields_renderers = {
         "param_space": "json",
         "stop": "json",
+        "callbacks": "json",
         "scheduler": "json",
         "search": "json",
         "points_to_evaluate": "json",
@@ -120,7 +129,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
         max_concurrent_trials: int | str | None = None,
         reuse_actors: bool = False,
         time_budget_s: float | str | None = None,
-        stop: dict[str, float] | str | None = None,
+        stop: dict[str, float] | list[dict[str, Any]] | str | None = None,
+        callbacks: list[str | dict[str, Any]] | str | None = None,
         scheduler: str | dict[str, Any] | None = None,
         search: str | dict[str, Any] | None = None,
         points_to_evaluate: list[dict[str, Any]] | str | None = None,
@@ -159,6 +169,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
             "param_space": code.literal_import_paths(param_space),
             "scheduler": code.literal_import_paths(scheduler),
             "search": code.literal_import_paths(search),
+            "callbacks": code.literal_import_paths(callbacks),
         }
         # Node pins ({"node:<ip>": 0.01}) place trials on chosen machines: only the DAG file may write them.
         self.literal_node_pins = code.literal_node_pins(resources_per_trial)
@@ -173,6 +184,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
         self.reuse_actors = reuse_actors
         self.time_budget_s = time_budget_s
         self.stop = stop
+        self.callbacks = callbacks
         self.scheduler = scheduler
         self.search = search
         self.points_to_evaluate = points_to_evaluate

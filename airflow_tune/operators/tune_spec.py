@@ -30,6 +30,7 @@ SPEC_FIELDS = (
     "reuse_actors",
     "time_budget_s",
     "stop",
+    "callbacks",
     "scheduler",
     "search",
     "points_to_evaluate",

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from airflow_tune.contract import join_uri
+from airflow_tune.spec.callbacks import callback_factory, check_callbacks
 from airflow_tune.spec.compatibility import check_combinations
 from airflow_tune.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number, show
 from airflow_tune.spec.naming import check_name, check_storage
@@ -33,6 +34,7 @@ from airflow_tune.spec.space import (
     primitive_of,
     space_code_references,
 )
+from airflow_tune.spec.stopping import check_stop
 from airflow_tune.spec.trust import check_data_only, check_provenance
 
 SPEC_VERSION = 1
@@ -53,6 +55,10 @@ class ExperimentSpec:
     :param metric: the metric to optimize, as the trainable reports it.
     :param mode: ``"min"`` or ``"max"``.
     :param param_space: the declarative search space (see :data:`PRIMITIVES`).
+    :param stop: Tune's ``{metric: threshold}`` dict, or a list of criteria any of which stops (thresholds in both
+        directions, Tune's stoppers by name; see :mod:`~airflow_tune.spec.stopping`).
+    :param callbacks: Tune callbacks added to the run: loggers by name, custom ones by import path (see
+        :mod:`~airflow_tune.spec.callbacks`).
     :param errored_trials: what a rerun does with trials that errored: resume from their checkpoint, restart them
         from scratch, or keep them as errored.
     :param infeasible_wait_s: how long a trial may ask for resources no node has before the experiment fails (0 on
@@ -76,7 +82,8 @@ class ExperimentSpec:
     max_concurrent_trials: int | None = None
     reuse_actors: bool = False
     time_budget_s: float | None = None
-    stop: dict[str, float] | None = None
+    stop: dict[str, float] | list[dict[str, Any]] | None = None
+    callbacks: list[Any] = field(default_factory=list)
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
     search: SearchSpec = field(default_factory=SearchSpec)
     points_to_evaluate: list[dict[str, Any]] | None = None
@@ -271,17 +278,9 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
     pi = kw.get("progress_interval_s", 10.0)
     if not is_number(pi) or pi < 0.5:
         errors.add("progress_interval_s", pi, "must be a number >= 0.5", "give e.g. 10")
-    stop = kw.get("stop")
-    if stop is not None:
-        if not isinstance(stop, Mapping) or not stop:
-            errors.add("stop", stop, "must be an object of metric thresholds", 'write {"training_iteration": 10}')
-        else:
-            for k, v in stop.items():
-                # Tune stops a trial once result[k] >= v; a boolean such as {"done": True} works the same way.
-                if not (is_number(v) or isinstance(v, bool)):
-                    errors.add(
-                        f"stop.{k}", v, "must be a number or true/false", "give the value at which a trial stops"
-                    )
+    if kw.get("stop") is not None:
+        check_stop(kw["stop"], errors)
+    check_callbacks(kw.get("callbacks"), errors)
     check_combinations(kw, errors)
     ptes = kw.get("points_to_evaluate")
     if ptes is not None:
@@ -317,14 +316,18 @@ def _check_int(kw: dict[str, Any], key: str, errors: Errors, *, minimum: int, fi
 def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
     """Every import path of a spec, with its field: the code the cluster imports and runs for this experiment.
 
-    ``trainable``, ``scheduler.factory``, ``search.factory`` and each ``sample_from`` in ``param_space`` or in PBT's
-    ``hyperparam_mutations``. Everything else in a spec is data.
+    ``trainable``, ``scheduler.factory``, ``search.factory``, each callback's ``factory`` and each ``sample_from`` in
+    ``param_space`` or in PBT's ``hyperparam_mutations``. Everything else in a spec is data.
     """
     refs: list[tuple[str, str]] = [("trainable", spec.trainable)]
     if spec.scheduler.factory:
         refs.append(("scheduler.factory", spec.scheduler.factory))
     if spec.search.factory:
         refs.append(("search.factory", spec.search.factory))
+    for i, entry in enumerate(spec.callbacks or []):
+        factory = callback_factory(entry)
+        if factory:
+            refs.append((f"callbacks[{i}].factory", factory))
     for key, node in spec.param_space.items():
         refs += space_code_references(node, f"param_space.{key}")
     mutations = spec.scheduler.args.get("hyperparam_mutations") if isinstance(spec.scheduler.args, Mapping) else None

@@ -160,3 +160,56 @@ def test_trainable_kwargs_reach_the_trainable_through_with_parameters(stack, tmp
     assert len(starts) == 3 and all(m["offset"] == 2.0 and m["data"] == [1, 2, 3] for m in starts)
     # The kwargs travel as Tune object-store parameters, never as part of the trial config.
     assert all("offset" not in t["config"] for t in manifest["trials"])
+
+
+def test_stop_criteria_and_callbacks_as_data(stack, tmp_path):
+    """The list form of ``stop`` as Tune runs it: a ``below`` threshold stops the good trial, Tune's plateau stopper
+    (the spec's metric by default) the bad one, combined with a maximum; a custom callback named by import path runs
+    in the driver with its JSON arguments, and Tune's CSV logger named alone is the only logger (auto loggers off)."""
+    evidence_uri = f"{stack.storage_uri}/evidence-{jobs.unique_name('cb')}.json"
+    spec = jobs.base_spec(
+        stack,
+        jobs.unique_name("stoppers"),
+        "tune_testkit.functions:quadratic",
+        # loss = (x - 3)^2 + 1 / (step + 1): x=3 falls 1, 0.5, 0.33, 0.25 (<= 0.3 at the 4th result); x=0 stays near
+        # 9 and its last 4 values have a std < 0.2 from the 5th result on (at the 4th it is 0.29).
+        param_space={"x": {"grid_search": [3, 0]}, "steps": 30, "marker_dir": str(tmp_path)},
+        stop=[
+            {"metric": "loss", "below": 0.3},
+            {"name": "trial_plateau", "args": {"std": 0.2, "num_results": 4, "grace_period": 4}},
+            {"name": "maximum_iteration", "args": {"max_iter": 20}},
+        ],
+        callbacks=["csv", {"factory": "tune_testkit.callbacks:Evidence", "args": {"uri": evidence_uri, "tag": "t"}}],
+    )
+    _, manifest = jobs.run_ok(stack, spec, env={"TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1"})
+    iters = {t["config"]["x"]: t["metrics"]["training_iteration"] for t in manifest["trials"]}
+    assert iters == {3: 4, 0: 5}, iters
+    best = assert_best(manifest, "loss", "min")
+    assert best["config"]["x"] == 3 and best["metrics"]["loss"] == pytest.approx(0.25)
+    assert len(read_markers(str(tmp_path), "end")) == 0  # no trial ran its 30 steps
+    evidence = storage.read_json(evidence_uri)
+    assert evidence["tag"] == "t" and evidence["set_up"] is True
+    assert sorted((c["x"], c["training_iteration"]) for c in evidence["completed"]) == [(0, 5), (3, 4)]
+    files = storage.list_files(manifest["experiment_uri"])
+    for trial in manifest["trials"]:
+        names = {f.rsplit("/", 1)[-1] for f in files if f.startswith(trial["path"].rstrip("/") + "/")}
+        assert "progress.csv" in names and "result.json" not in names, (trial["trial_id"], names)
+
+
+def test_an_experiment_plateau_ends_the_experiment_as_tune_does(stack, tmp_path):
+    """Tune's ExperimentPlateauStopper ends the whole experiment: the first trial's 4th result makes the two best
+    losses so far 0.25 and 0.33 (std 0.04 <= 0.05), whichever trial it is; one trial at a time, so the other one never
+    runs. The run ends as plain Tune's does: a result, not an interruption."""
+    spec = jobs.base_spec(
+        stack,
+        jobs.unique_name("exp-plateau"),
+        "tune_testkit.functions:quadratic",
+        param_space={"x": {"grid_search": [3, 10]}, "steps": 30, "marker_dir": str(tmp_path)},
+        max_concurrent_trials=1,
+        stop=[{"name": "experiment_plateau", "args": {"std": 0.05, "top": 2}}],
+    )
+    logs, manifest = jobs.run_ok(stack, spec)
+    ran = [t for t in manifest["trials"] if t["metrics"]]
+    assert [t["metrics"]["training_iteration"] for t in ran] == [4], manifest["trials"]
+    assert len(read_markers(str(tmp_path), "start")) == 1
+    assert "interrupted" not in logs

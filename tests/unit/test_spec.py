@@ -84,7 +84,7 @@ MALFORMED: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("time-budget-negative", {"time_budget_s": -5}, "time_budget_s", ["-5", "positive number of seconds", "3600"]),
     ("time-budget-str", {"time_budget_s": "1h"}, "time_budget_s", ["'1h'", "positive number"]),
     ("progress-interval-tiny", {"progress_interval_s": 0.1}, "progress_interval_s", ["0.1", ">= 0.5"]),
-    ("stop-list", {"stop": [10]}, "stop", ["[10]", "metric thresholds", "training_iteration"]),
+    ("stop-list-of-number", {"stop": [10]}, "stop[0]", ["10", "must be an object", '"below"']),
     ("stop-str", {"stop": "10 iterations"}, "stop", ["'10 iterations'", "metric thresholds"]),
     ("stop-empty", {"stop": {}}, "stop", ["{}", "metric thresholds"]),
     ("stop-threshold-str", {"stop": {"training_iteration": "10"}}, "stop.training_iteration", ["'10'", "number"]),
