@@ -37,7 +37,8 @@ with DAG(
         num_samples=6,
         max_concurrent_trials=2,
         scheduler={"name": "asha", "args": {"max_t": 8, "grace_period": 2, "reduction_factor": 2}},
-        checkpoint={"num_to_keep": 2},
+        # The 2 best by the metric (Tune keeps the 2 newest unless told by what to score them).
+        checkpoint={"num_to_keep": 2, "score_attribute": "val_accuracy", "score_order": "max"},
         warm_start=REGISTRY_URI,
         progress_interval_s=2.0,
         poll_interval=2.0,
