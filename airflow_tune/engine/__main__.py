@@ -2,7 +2,8 @@
 
 The spec comes from ``--spec`` (a file or a storage URI) or the ``AIRFLOW_TUNE_SPEC`` environment variable (JSON).
 Starts the experiment, or restores it when its state already exists in storage; never both. On SIGINT, SIGUSR1 or
-SIGTERM Tune saves the experiment state and the driver exits with code 130, so a rerun resumes it.
+SIGTERM Tune saves the experiment state and the driver exits with code 130, so a rerun resumes it. An experiment Tune
+ends itself (a spent time budget, ``fail_fast``) ends as plain Tune ends it: with a result, failed or not.
 
 Exit codes: 0 finished (``result.json`` written), 1 the experiment failed, 2 bad spec or setup, 130 interrupted.
 The last log lines say why.
@@ -120,12 +121,17 @@ def record_spec(spec: ExperimentSpec) -> None:
         ) from exc
 
 
+#: Signals the driver forwarded to Tune as SIGUSR1, so that the verdict names the one that came.
+_forwarded: list[int] = []
+
+
 def _forward_to_tune(signum: int, frame: Any) -> None:
     # Ray's job stop sends SIGTERM by default; Tune saves its state only on SIGINT/SIGUSR1.
     if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, signal.SIG_IGN, None):
         # Tune is not running yet (its handler is installed by fit()): nothing to save.
         say("stopped before the experiment started")
         raise SystemExit(EXIT_INTERRUPTED)
+    _forwarded.append(signum)
     os.kill(os.getpid(), signal.SIGUSR1)
 
 
@@ -136,6 +142,7 @@ def run(spec: ExperimentSpec) -> int:
     from airflow_tune.engine.build import build_tuner
     from airflow_tune.engine.feasibility import FeasibilityCallback
     from airflow_tune.engine.history import HistoryCallback
+    from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
     from airflow_tune.engine.progress import ProgressCallback, bounded_result, build_result_manifest
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
@@ -152,22 +159,26 @@ def run(spec: ExperimentSpec) -> int:
     ray.init(log_to_driver=True)
     # ray.init() installs its own SIGTERM handler (sys.exit) on the driver: forward SIGTERM to Tune after it.
     signal.signal(signal.SIGTERM, _forward_to_tune)
-    callback = ProgressCallback(spec)
-    callbacks = [callback, HistoryCallback(spec), FeasibilityCallback(spec.infeasible_wait_s)]
+    callback, signals = ProgressCallback(spec), StopSignals()
+    callbacks = [callback, HistoryCallback(spec), FeasibilityCallback.for_spec(spec), signals]
     tuner, restored = build_tuner(spec, callbacks)
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     grid = tuner.fit()
+    # Trials Tune stopped without telling callbacks: an interruption's, or a time budget's or fail_fast's.
     unfinished = callback.unfinished_trials(compat.tuner_trials(tuner))
-    if unfinished:
-        elapsed = time.monotonic() - started
-        shown = ", ".join(unfinished[:10]) + (f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else "")
+    shown = ", ".join(unfinished[:10]) + (f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else "")
+    if interrupted(signals, unfinished):
+        name = signal.Signals(_forwarded[0]).name if _forwarded else signals.signal_name
+        by = f" by {name}" if signals.signal is not None else ""
         verdict(
-            f"interrupted after {elapsed:.0f}s with {len(unfinished)} unfinished trials ({shown}); "
-            "state saved, a rerun resumes"
+            f"interrupted{by} after {time.monotonic() - started:.0f}s with {len(unfinished)} unfinished trials"
+            f"{f' ({shown})' if shown else ''}; state saved, a rerun resumes"
         )
         return EXIT_INTERRUPTED
     manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
+    if unfinished:
+        say(f"Tune ended the experiment ({stop_reason(spec, manifest)}) and stopped {len(unfinished)} trials: {shown}")
     failure = failure_reason(spec, manifest)
     # A failed manifest is kept for diagnosis but is not a result: a rerun restores and retries the trials.
     manifest["status"] = "failed" if failure else "succeeded"
@@ -180,20 +191,9 @@ def run(spec: ExperimentSpec) -> int:
             say(f"trial {trial['trial_id']} errored: {trial['error_summary']}{where}")
     say("result " + jsonsafe.dumps({k: v for k, v in manifest.items() if k != "trials"}))
     if failure:
-        verdict(f"experiment {spec.name} failed: {failure}")
+        verdict(failure)
         return EXIT_FAILED
     return EXIT_OK
-
-
-def failure_reason(spec: ExperimentSpec, manifest: dict[str, Any]) -> str | None:
-    """Why a finished experiment counts as failed, or None when it succeeded."""
-    if manifest["num_terminated"] == 0:
-        return f"all {manifest['num_errored']} trials errored"
-    if manifest["num_errored"] and not spec.failure.tolerate_errored_trials:
-        return f"{manifest['num_errored']} trials errored and failure.tolerate_errored_trials=false"
-    if manifest["best_trial_id"] is None:
-        return f"no trial reported the metric {spec.metric!r}; check the trainable's tune.report"
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

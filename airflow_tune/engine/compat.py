@@ -14,7 +14,7 @@ where it does not need to. What differs, read from the sources of 2.43.0, 2.50.1
 - Tune internals the engine reaches (the names are the same in every supported release, and checked here so that a
   changed one fails clearly): the trial runtime_env's propagated variables (:func:`stop_propagating`), a restored
   Tuner's RunConfig (:func:`tuner_run_config`), the Tuner's trials (:func:`tuner_trials`), a trial's actor
-  (:func:`trial_actor_id`).
+  (:func:`trial_actor_id`), Tune's handlers of the stop signals (:func:`watch_stop_signals`).
 
 Imports neither airflow nor, at module level, ray (the engine's modules import this one before ``ray.init``).
 """
@@ -22,7 +22,7 @@ Imports neither airflow nor, at module level, ray (the engine's modules import t
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_tune.engine.imports import EngineError
@@ -37,6 +37,7 @@ __all__ = [
     "trial_actor_id",
     "tuner_run_config",
     "tuner_trials",
+    "watch_stop_signals",
 ]
 
 #: Where the optional log base sits in the arguments of the log primitives.
@@ -147,3 +148,37 @@ def trial_actor_id(trial: Any) -> str | None:
     actor = getattr(getattr(trial, "temporary_state", None), "ray_actor", None)
     actor_id = getattr(actor, "_actor_id", None)
     return actor_id.hex() if actor_id is not None else None
+
+
+#: The signals on which Tune ends its run and saves the experiment's state (the engine forwards SIGTERM as SIGUSR1).
+STOP_SIGNALS = ("SIGINT", "SIGUSR1")
+
+
+def watch_stop_signals(note: Callable[[int], None]) -> bool:
+    """Have ``note(signum)`` called before Tune's own handler when a stop signal reaches the driver during ``fit()``.
+
+    Call it from a callback's ``setup``: ``tune.run`` installs its handlers of SIGINT and SIGUSR1 (they set the event
+    that ends its loop, ``_setup_signal_catching``, every supported release) before it sets up the callbacks. Tune
+    keeps no record of that event once ``fit()`` returns, and its cleanup marks the trials it stops TERMINATED as a
+    time budget's stop does, so this is how the engine tells an interrupted run from one Tune ended itself. Return
+    False when a stop signal has no Python handler here to wrap (SIGUSR1 not set by Tune, or not the main thread).
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    watched = True
+    for name in STOP_SIGNALS:
+        signum = getattr(signal, name, None)
+        current = signal.getsignal(signum) if signum is not None else None
+        if signum is None or not callable(current):
+            watched = False
+            continue
+
+        def handler(sig: int, frame: Any, _tune: Callable[..., Any] = current) -> Any:
+            note(sig)
+            return _tune(sig, frame)
+
+        signal.signal(signum, handler)
+    return watched

@@ -125,11 +125,12 @@ class ProgressCallback(tune.Callback):
         return summary + where
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self._trials = trials
+        for trial in trials:  # trials Tune stopped (a time budget, fail_fast) got no on_trial_complete
+            self._stamp_node_id(trial)
         self._tick(trials, force_write=True, force_print=True)
 
     def unfinished_trials(self, trials: list | None = None) -> list[str]:
-        """Ids of the trials that did not end: the run was interrupted (or stopped by its time budget) before."""
+        """Ids of the trials Tune stopped (interrupted, a time budget, fail_fast: :mod:`.outcome`) or never ran."""
         trials = self._trials if trials is None else trials
         ended = self._ended | (self._ended_before or set())
         return [t.trial_id for t in trials if t.trial_id not in ended or t.status not in ("TERMINATED", "ERROR")]

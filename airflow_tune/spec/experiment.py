@@ -34,7 +34,7 @@ from airflow_tune.spec.space import (
     primitive_of,
     space_code_references,
 )
-from airflow_tune.spec.stopping import check_stop
+from airflow_tune.spec.stopping import check_stop, experiment_stoppers
 from airflow_tune.spec.trust import check_data_only, check_provenance
 
 SPEC_VERSION = 1
@@ -260,7 +260,24 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
             json.dumps(tk)
         except (TypeError, ValueError):
             errors.add("trainable_kwargs", tk, "is not JSON", "pass only JSON values (numbers, strings, lists, dicts)")
-    _check_int(kw, "num_samples", errors, minimum=1, fix="give how many times to sample the space, e.g. 8")
+    if is_int(kw.get("num_samples")) and kw["num_samples"] == -1:
+        # Tune's -1 samples until something ends the experiment; a per-trial stop does not.
+        if not is_number(kw.get("time_budget_s")) and not experiment_stoppers(kw.get("stop")):
+            errors.add(
+                "num_samples",
+                -1,
+                "samples without end: nothing ends the experiment",
+                "set time_budget_s (Tune's -1 samples until the budget is spent) or an experiment-wide stopper "
+                '(stop=[{"name": "timeout", ...}] or "experiment_plateau"), or give a count, e.g. 8',
+            )
+    else:
+        _check_int(
+            kw,
+            "num_samples",
+            errors,
+            minimum=1,
+            fix="give how many times to sample the space (e.g. 8), or -1 with a time_budget_s",
+        )
     _check_int(kw, "max_concurrent_trials", errors, minimum=1, optional=True, fix="give a positive limit or null")
     if "reuse_actors" in kw and not isinstance(kw["reuse_actors"], bool):
         errors.add("reuse_actors", kw["reuse_actors"], "must be true or false", "write true or false")
