@@ -124,13 +124,16 @@ class FeasibilityCallback(tune.Callback):
         if now - self._checked_at < CHECK_EVERY_S:
             return
         self._checked_at = now
-        pending = [t for t in trials if t.status == "PENDING"]
-        if not pending:
+        # A trial whose own resources fit starts at once: with Train workers declared, a running one is checked too,
+        # since its workers (asked for after it starts) may never fit.
+        watched = ("PENDING", "RUNNING") if self.train_workers is not None else ("PENDING",)
+        waiting = [t for t in trials if t.status in watched]
+        if not waiting:
             self._infeasible_since = None
             return
         nodes = self.nodes()
         stuck = []
-        for trial in pending:
+        for trial in waiting:
             pgf = trial.placement_group_factory
             if not fits_with_workers(pgf.bundles, pgf.strategy, self.train_workers, nodes):
                 stuck.append((trial, pgf))
@@ -143,17 +146,17 @@ class FeasibilityCallback(tune.Callback):
             return
         trial, pgf = stuck[0]
         asked = pgf.bundles if len(pgf.bundles) > 1 else pgf.bundles[0]
-        workers, offers = "", "which no node of the cluster offers"
+        workers, offers, which = "", "which no node of the cluster offers", "pending trial(s) cannot run"
         if self.train_workers is not None:
             worker_bundles, worker_strategy = self.train_workers
             workers = (
                 f" and its {len(worker_bundles)} Train workers {worker_bundles[0]} each ({worker_strategy}, a "
                 "placement group of their own: resources_per_trial.train_workers)"
             )
-            offers = "which the cluster's nodes cannot hold"
+            offers, which = "which the cluster's nodes cannot hold", "trial(s) cannot run with their Train workers"
         raise InfeasibleResourcesError(
             f"trial {trial.trial_id} asks for {asked} ({pgf.strategy}){workers}, {offers} (nodes: "
-            f"{describe_nodes(nodes)}); {len(stuck)} pending trial(s) cannot run. Ask for less in "
+            f"{describe_nodes(nodes)}); {len(stuck)} {which}. Ask for less in "
             "resources_per_trial (or the trainable's default_resource_request), add such nodes, or, on an "
             "autoscaling cluster, give it time with infeasible_wait_s"
         )

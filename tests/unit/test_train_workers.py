@@ -78,9 +78,9 @@ def test_fits_with_workers(bundles, workers, nodes, ok):
     assert fits_with_workers(bundles, "PACK", workers, nodes) is ok
 
 
-def _trial(bundles: list[dict]) -> SimpleNamespace:
+def _trial(bundles: list[dict], status: str = "PENDING") -> SimpleNamespace:
     return SimpleNamespace(
-        trial_id="t1", status="PENDING", placement_group_factory=SimpleNamespace(bundles=bundles, strategy="PACK")
+        trial_id="t1", status=status, placement_group_factory=SimpleNamespace(bundles=bundles, strategy="PACK")
     )
 
 
@@ -95,8 +95,18 @@ def test_the_callback_from_a_spec_fails_a_trial_whose_workers_cannot_fit_naming_
         text
     )
     assert "resources_per_trial.train_workers" in text and "the cluster's nodes cannot hold" in text, text
+    assert "1 trial(s) cannot run with their Train workers" in text, text
+    # A trial whose own resources fit starts at once, and its workers ask only then: a running one fails too.
+    running = FeasibilityCallback.for_spec(spec)
+    running.nodes = lambda: TWO_CPUS
+    with pytest.raises(InfeasibleResourcesError, match="and its 2 Train workers"):
+        running.on_step_begin(0, [_trial([{"CPU": 1.0}], "RUNNING")])
     # The same trial without workers declared fits: only the declared workers made it infeasible.
     plain = FeasibilityCallback.for_spec(_spec({"cpu": 1}))
     plain.nodes = lambda: TWO_CPUS
     plain.on_step_begin(0, [_trial([{"CPU": 1.0}])])
     assert plain.train_workers is None
+    # Without workers, a running trial is not looked at: it holds what it asked for.
+    plain = FeasibilityCallback.for_spec(_spec({"cpu": 1}))
+    plain.nodes = lambda: []
+    plain.on_step_begin(0, [_trial([{"CPU": 1.0}], "RUNNING")])
