@@ -7,8 +7,9 @@ autoscaling cluster time to add nodes), raises, which ends the experiment (and t
 
 A trial whose trainable runs a Ray Train trainer also needs the trainer's workers, which Train V2 places in a
 placement group of its own, outside the trial's (Tune never sees them, and Train waits for them forever when no node
-set can hold them). The workers the spec declares (``resources.train_workers``) are counted with each pending trial:
-the trial's group and the workers' group must each fit, and both together in the cluster's total.
+set can hold them). The workers the spec declares (``resources.train_workers``) are counted with each pending or
+running trial (its workers are asked for once it runs): the trial's group and the workers' group must each fit, and
+both together in the cluster's total.
 """
 
 from __future__ import annotations
