@@ -203,3 +203,40 @@ def test_a_failed_experiment_is_not_a_result_and_a_rerun_retries_its_errored_tri
     assert manifest is not None and manifest["status"] == "succeeded"
     assert manifest["num_terminated"] == 2 and manifest["num_errored"] == 0
     assert manifest["best_config"]["x"] == 1 and manifest["best_metrics"]["loss"] == 0.0
+
+
+def test_a_restored_experiment_keeps_its_stoppers_and_runs_the_specs_callbacks(stack, tmp_path):
+    """The list form of ``stop`` travels in tuner.pkl (our threshold stopper, combined with Tune's plateau stopper) and
+    still stops the resumed trial; the rerun's driver runs the callbacks its spec names (new arguments: a policy, not
+    part of the identity), not the first driver's pickled ones. Trial x=3 is held after its step 1, so the stop lands
+    while it runs; its loss is 0.1 * |step - 6| + 0.01, at most 0.15 first at step 5 of 8."""
+    hold = _hold(tmp_path, x=3, step=1)
+    evidence_uri = f"{stack.storage_uri}/evidence-{jobs.unique_name('restore')}.json"
+    spec = _checkpointing_spec(
+        stack,
+        tmp_path,
+        "restore-stoppers",
+        xs=[3],
+        steps=8,
+        sleep=0.1,
+        stop=[{"metric": "loss", "below": 0.15}, {"name": "trial_plateau", "args": {"std": 0.001}}],
+        callbacks=[{"factory": "tune_testkit.callbacks:Evidence", "args": {"uri": evidence_uri, "tag": "first"}}],
+    )
+    spec["param_space"]["best_step"] = 6
+    spec["param_space"]["hold"] = hold
+    job_id = jobs.submit(stack, spec)
+    jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(3) == 1, 120, "trial x=3 held at step 1")
+    jobs.client(stack).stop_job(job_id)
+    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    os.remove(hold["file"])
+
+    spec["callbacks"][0]["args"]["tag"] = "second"
+    logs, manifest = jobs.run_ok(stack, spec)
+    assert "[airflow-tune] restored experiment" in logs
+    (trial,) = manifest["trials"]
+    assert trial["metrics"]["step"] == 5 and trial["metrics"]["loss"] == pytest.approx(0.11), trial["metrics"]
+    events = [m["event"] for m in read_markers(str(tmp_path))]
+    assert "resume2" in events and "end" not in events, events  # resumed from its checkpoint, stopped at step 5
+    evidence = storage.read_json(evidence_uri)
+    assert evidence["tag"] == "second", evidence
+    assert [round(c["loss"], 2) for c in evidence["completed"]] == [0.11], evidence
