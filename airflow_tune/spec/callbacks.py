@@ -71,6 +71,8 @@ LOGGER_ALIASES = {
     "tensorboardx": "tbx",
     **{path.rpartition(":")[2].lower(): name for name, (path, _, _) in LOGGERS.items()},
 }
+#: The schemes of an MLflow tracking or registry URI the spec takes: a tracking server's.
+TRACKING_SCHEMES = ("http", "https")
 #: Loggers that write one file per trial: named twice, two writers would share it.
 _SINGLE = ("csv", "json", "tbx")
 #: Arguments of Tune's loggers that are credentials, with the variable that carries them on the cluster.
@@ -201,6 +203,16 @@ def _check_logger(given: Any, args: Mapping[str, Any], where: str, errors: Error
                 "carries a password into the spec, which is stored beside the experiment",
                 "drop it from the URI and set the tracking server's credentials in the cluster's environment "
                 "(MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD)",
+            )
+        elif kinds[arg] == "uri" and urlsplit(value).scheme.lower() not in TRACKING_SCHEMES:
+            # A path or a database URI is a store MLflow would write on the driver's node: a storage path that
+            # data (a rendered template, a conf) could point anywhere on the cluster's filesystem.
+            errors.add(
+                f"{where}.args.{arg}",
+                value,
+                "is not a tracking server's URL",
+                "give the server's http(s):// URL, or build the callback with a local store in a factory the DAG "
+                "file names",
             )
 
 

@@ -32,7 +32,7 @@ MLFLOW = {
     "name": "mlflow",
     "args": {
         "tracking_uri": "http://mlflow:5000",
-        "registry_uri": "s3://models",
+        "registry_uri": "https://registry.example:5000",
         "experiment_name": "tuning",
         "tags": {"team": "ml", "n": 1},
         "save_artifact": True,
@@ -117,6 +117,16 @@ def test_a_credential_is_refused_without_being_shown(entry, path, variable):
     named = [e for e in errors if e.split(" = ", 1)[0] == path]
     assert named and variable in named[0], named
     assert "s3cr3t-value" not in "\n".join(errors)
+
+
+@pytest.mark.parametrize(
+    "uri", ["file:///etc/airflow-tune", "/var/lib/mlruns", "sqlite:////tmp/mlflow.db", "s3://models", "mlruns"]
+)
+@pytest.mark.parametrize("arg", ["tracking_uri", "registry_uri"])
+def test_mlflow_takes_a_tracking_servers_url_never_a_store_on_the_cluster(arg, uri):
+    errors = _errors([{"name": "mlflow", "args": {arg: uri}}])
+    assert [e.split(" = ", 1)[0] for e in errors] == [f"callbacks[0].args.{arg}"], errors
+    assert "tracking server" in errors[0] and "factory" in errors[0], errors
 
 
 def test_every_problem_is_listed_at_once():
