@@ -65,7 +65,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
         only whole); with Optuna, HyperOpt and BayesOpt a point may not set the space's constants.
     :param resources_per_trial: ``{"cpu": 1, "gpu": 0, "memory": bytes, "<custom>": n}``, or a list of
         placement group bundles ``[{"CPU": 1}, {"CPU": 1}]`` (the trial runs in the first, its child actors in the
-        others); by default a Trainable's ``default_resource_request``, else 1 CPU.
+        others); by default a Trainable's ``default_resource_request``, else 1 CPU. A trainable that runs a Ray Train
+        trainer declares its workers beside: ``{"cpu": 0.5, "train_workers": {"num_workers": 2, "per_worker":
+        {"cpu": 1}}}`` (Train places them outside the trial's placement group; the feasibility check counts them).
     :param checkpoint: ``{"num_to_keep": 2, "frequency": 1, "at_end": true}``.
     :param failure: ``{"max_failures": 1, "fail_fast": false, "tolerate_errored_trials": true}``.
     :param trainable_kwargs: JSON keyword arguments for the trainable (``tune.with_parameters``).
