@@ -34,6 +34,14 @@ def get_provider_info() -> dict[str, Any]:
                     },
                 },
                 "conn-fields": {
+                    "dashboard_url": {
+                        "label": "Dashboard URL (browser)",
+                        "description": "The Ray dashboard as a browser opens it, e.g. http://127.0.0.1:8265 or "
+                        "https://ray.example.com/ray, when the host is an address only Airflow reaches (a service "
+                        "name such as http://ray-head:8265). Used for the Ray Job link, the XCom's dashboard_url and "
+                        "the Experiment view; API calls still go to the host. Empty: links use the host.",
+                        "schema": {"type": ["string", "null"], "examples": ["http://127.0.0.1:8265"]},
+                    },
                     "verify": {
                         "label": "Verify TLS",
                         "description": "true, false, or the path of a CA bundle on the worker and triggerer.",

@@ -1,4 +1,5 @@
-"""A ``ray`` connection resolved into an endpoint: the dashboard URL, TLS, headers and the job defaults.
+"""A ``ray`` connection resolved into an endpoint: the dashboard URLs (the API's and the browser's), TLS, headers and
+the job defaults.
 
 Pure functions of the connection's fields and extras (like the Amazon provider's ``utils/connection_wrapper.py``): no
 I/O, so they are tested without a cluster and called wherever a hook needs its endpoint.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -61,6 +63,63 @@ def build_dashboard_url(host: str | None, port: int | None = None, schema: str |
     elif ":" in host and not host.startswith("["):
         host = f"[{host}]"  # an IPv6 literal needs brackets in a URL
     return f"{scheme}://{host.rstrip('/')}:{port or DEFAULT_PORT}"
+
+
+#: The extra naming the dashboard as a browser opens it, when that differs from the host the API calls go to.
+BROWSER_URL_OPTION = "dashboard_url"
+_BROWSER_URL_FIX = (
+    "give the dashboard's address as a browser opens it, e.g. http://127.0.0.1:8265 or https://ray.example.com/ray, "
+    "or leave it empty to link to the host"
+)
+
+
+def parse_browser_url(value: Any, token: str | None = None) -> str | None:
+    """Return the extra ``dashboard_url`` as a base URL (no trailing slash), or None when it is unset.
+
+    Links built on it open in a browser, so it must be a plain http(s) address: no credentials, query, fragment,
+    escapes or dot segments that could make the link open something else, and never the connection's token.
+
+    :param value: the extra's value.
+    :param token: the connection's password, which must not appear in the URL.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    name = f"The Ray connection's extra {BROWSER_URL_OPTION!r}"
+    if not isinstance(value, str):
+        raise RayConnectionError(f"{name} is a {type(value).__name__}, not a URL: {_BROWSER_URL_FIX}.")
+    text = value.strip()
+    if token and token in text:
+        raise RayConnectionError(f"{name} holds the connection's token: remove it; {_BROWSER_URL_FIX}.")
+    problem = _browser_url_problem(text)
+    if problem:
+        shown = re.sub(r"//[^/]*@", "//***@", text)  # user:password@ is a secret: never echo it
+        raise RayConnectionError(f"{name} = {shown!r} {problem}: {_BROWSER_URL_FIX}.")
+    parts = urlsplit(text)
+    return urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _browser_url_problem(text: str) -> str | None:
+    if not text.isascii() or not text.isprintable() or any(c.isspace() for c in text):
+        return "holds spaces, control or non-ASCII characters (write a host in its xn-- form)"
+    if "\\" in text or "%" in text:
+        return "holds a backslash or a %-escape, which browsers may read as another address"
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        return f"is not a valid URL ({exc})"
+    if parts.scheme.lower() not in ("http", "https") or not text.lower().startswith(f"{parts.scheme.lower()}://"):
+        return "is not an http(s) URL"
+    if "@" in parts.netloc:
+        return "holds credentials (user:password@); the dashboard link must carry none"
+    if not parts.hostname:
+        return "has no host"
+    if "?" in text or "#" in text:
+        return "has a query or a fragment; give only the dashboard's base address"
+    segments = parts.path.rstrip("/").split("/")[1:]
+    if any(segment in ("", ".", "..") for segment in segments):
+        return "has an empty, '.' or '..' path segment"
+    return None
 
 
 def merge_runtime_env(default: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -144,7 +203,9 @@ def _extra_verify(extra: Mapping[str, Any]) -> bool | str:
 class RayEndpoint:
     """Where and how to reach a Ray dashboard, resolved from an Airflow connection.
 
-    :param url: dashboard base URL, no trailing slash.
+    :param url: dashboard base URL the API calls go to, no trailing slash.
+    :param browser_url: the dashboard's base URL as a browser opens it (the extra ``dashboard_url``), when it
+        differs from ``url``; see :attr:`dashboard_url`.
     :param headers: HTTP headers for every request, including ``Authorization`` when the connection has a token.
     :param cookies: cookies for every request.
     :param verify: verify TLS (bool) or the path of a CA bundle.
@@ -164,13 +225,19 @@ class RayEndpoint:
     metadata: dict[str, str] = field(default_factory=dict)
     allowed_code_references: tuple[str, ...] = ()
     allowed_storage_roots: tuple[str, ...] = ()
+    browser_url: str | None = None
 
     def __repr__(self) -> str:
         # Headers and cookies carry credentials: show only their names.
         return (
-            f"RayEndpoint(url={self.url!r}, headers={sorted(self.headers)}, cookies={sorted(self.cookies)}, "
-            f"verify={self.verify!r})"
+            f"RayEndpoint(url={self.url!r}, dashboard_url={self.dashboard_url!r}, headers={sorted(self.headers)}, "
+            f"cookies={sorted(self.cookies)}, verify={self.verify!r})"
         )
+
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard's base URL for links a person opens: the extra ``dashboard_url``, else :attr:`url`."""
+        return self.browser_url or self.url
 
     @property
     def credentials_key(self) -> str:
@@ -199,4 +266,5 @@ class RayEndpoint:
             metadata=stringify_metadata(_extra_dict(extra, "metadata")),
             allowed_code_references=_extra_patterns(extra),
             allowed_storage_roots=_extra_roots(extra),
+            browser_url=parse_browser_url(_extra_value(extra, BROWSER_URL_OPTION), conn.password),
         )

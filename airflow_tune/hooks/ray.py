@@ -41,8 +41,9 @@ class RayHook(BaseHook):
     """Submit, watch and stop jobs on a Ray cluster through its dashboard's Jobs API.
 
     The connection (type ``ray``) gives the dashboard address as host/port/schema or a full URL in host, an optional
-    token in the password (sent as ``Authorization: Bearer``), and optional extras ``headers``, ``cookies``, ``verify``,
-    ``runtime_env`` and ``metadata`` (defaults merged under each job's).
+    token in the password (sent as ``Authorization: Bearer``), and optional extras ``dashboard_url`` (the dashboard as a
+    browser opens it, for links), ``headers``, ``cookies``, ``verify``, ``runtime_env`` and ``metadata`` (defaults
+    merged under each job's).
 
     :param ray_conn_id: the Airflow connection id.
     :param request_timeout: seconds to wait for an answer to each request.
@@ -121,8 +122,9 @@ class RayHook(BaseHook):
 
     @property
     def dashboard_url(self) -> str:
-        """The dashboard base URL, e.g. ``http://127.0.0.1:8265``."""
-        return self.endpoint.url
+        """The dashboard's base URL for links a person opens: the extra ``dashboard_url``, else the host's URL (which
+        the API calls always use, :attr:`endpoint` ``.url``)."""
+        return self.endpoint.dashboard_url
 
     @property
     def allowed_code_references(self) -> tuple[str, ...]:
@@ -135,7 +137,7 @@ class RayHook(BaseHook):
         return self.endpoint.allowed_storage_roots
 
     def job_url(self, job_id: str) -> str:
-        """The dashboard page of a job.
+        """The dashboard page of a job, as a browser opens it (see :attr:`dashboard_url`).
 
         :param job_id: the submission id.
         """

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator, Context
@@ -25,16 +28,17 @@ class RayJobLink(BaseOperatorLink):
 
     @classmethod
     def persist(cls, context: Context | dict[str, Any], *, job_url: str) -> None:
-        """Store the job's dashboard URL for the link.
+        """Store the job's dashboard URL for the link, and say it in the task log.
 
         :param context: the task's context.
-        :param job_url: the dashboard page of the job.
+        :param job_url: the dashboard page of the job, as a browser opens it (:attr:`RayHook.job_url`).
         """
         context["ti"].xcom_push(key=cls.key, value=job_url)
         task = context.get("task")
         if task is not None:
             # The worker asks for the link again when the task ends; it need not read XCom back for that.
             setattr(task, "ray_job_url", job_url)  # noqa: B010 - any task type, mapped ones too
+        getattr(task, "log", log).info("Ray Job page: %s", job_url)
 
     def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
         """Return the stored job URL, or "" when the task has not submitted a job.

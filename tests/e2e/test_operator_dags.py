@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 
@@ -14,14 +17,33 @@ from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, stop_live_
 pytestmark = pytest.mark.usefixtures("stack")
 
 
+BROWSER_URL = "https://ray-dashboard.example.invalid/ray"
+
+
+def _view_of(run: Any) -> dict[str, Any]:
+    """The Experiment view's JSON for the run's tune task, from Airflow's database and the experiment's files."""
+    from airflow.utils.session import create_session
+
+    from airflow_tune.plugins.experiment_app import lookup_task
+    from airflow_tune.plugins.experiment_shape import build_view
+
+    with create_session() as session:
+        facts = lookup_task(session, run.dag_run.dag_id, run.run_id, "tune", -1)
+    return build_view(facts)
+
+
 def _unique_date() -> datetime:
     """A logical date no other test uses, so its run id (and experiment) is new."""
     return datetime(2001, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
 
 
 @pytest.mark.timeout(240)
-def test_blocking_and_deferred_give_the_same_xcom_contract_and_downstream_loads_the_checkpoint():
+def test_blocking_and_deferred_give_the_same_xcom_contract_and_downstream_loads_the_checkpoint(monkeypatch, stack):
     blocking = run_dag(load_dag("tune_roundtrip_blocking", "tune_roundtrip.py"), logical_date=_unique_date())
+    # The deferred run's connection names a browser-facing dashboard_url no API call could reach (.invalid never
+    # resolves): the run succeeds only if the API calls still go to the host, and its links must use the extra.
+    conn = {**json.loads(os.environ["AIRFLOW_CONN_RAY_DEFAULT"]), "extra": {"dashboard_url": BROWSER_URL + "/"}}
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
     # A run with no logical date (as the UI, the REST API and `airflow dags trigger` make them).
     deferred = run_dag(load_dag("tune_roundtrip_deferred", "tune_roundtrip.py"), logical_date=None)
     assert deferred.dag_run.logical_date is None
@@ -36,8 +58,10 @@ def test_blocking_and_deferred_give_the_same_xcom_contract_and_downstream_loads_
         assert result["experiment_uri"].endswith("/" + result["experiment"])
         assert result["num_trials"] == 2 and result["num_terminated"] == 2 and result["num_errored"] == 0
         assert result["best_checkpoint_uri"].startswith(f"{result['experiment_uri']}/")
-        assert result["dashboard_url"].endswith(result["job_id"])
+        base = BROWSER_URL if run is deferred else stack.dashboard_url
+        assert result["dashboard_url"] == f"{base}/#/jobs/{result['job_id']}"
         assert run.xcom("tune", RayJobLink.key) == result["dashboard_url"]
+        assert _view_of(run)["ray_job_url"] == result["dashboard_url"]
         [job] = jobs_of(result["experiment"])
         assert job["submission_id"] == result["job_id"] and job["status"] == "SUCCEEDED"
         # The downstream task read best_config and loaded the best checkpoint's state from S3.
