@@ -253,6 +253,8 @@ def test_images_are_pinned_and_match_the_constraints(services):
     assert {s["image"] for s in ray_nodes} == {f"airflow-tune/ray:{ray}"}
     assert all(s["build"]["dockerfile"] == "docker/Dockerfile.ray" for s in ray_nodes)
     assert {s["build"]["context"] for s in services.values() if "build" in s} == {str(REPO)}
+    # Ray's tag is a build argument (its -aarch64 variant on arm64), by default the Dockerfile's own.
+    assert {s["build"]["args"]["RAY_IMAGE_TAG"] for s in ray_nodes} == {f"{ray}-py311-cpu"}
     assert services["s3"]["image"] == f"motoserver/moto:{moto}"
 
 
