@@ -416,3 +416,19 @@ def test_both_sides_reach_the_same_s3_and_the_example_dags_are_mounted(services,
     airflow_volumes = {v["source"] for n, s in services.items() if n.startswith("airflow-") for v in _volumes(s)}
     ray_volumes = {v["source"] for n, s in services.items() if n.startswith("ray-") for v in _volumes(s)}
     assert not airflow_volumes & ray_volumes
+
+
+def test_the_smoke_script_parses_and_names_what_exists(services):
+    script = DOCKER / "smoke.sh"
+    assert os.access(script, os.X_OK)
+    done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    text = script.read_text()
+    for dag in re.findall(r"\b(digits_\w+)\b", text):
+        assert (REPO / "dags" / f"{dag}.py").exists(), dag
+    # It waits for the healthchecks, logs in where the API server is published and reads from a service that exists.
+    assert "up --build --detach --wait" in text and "down -v" in text
+    [port] = services["airflow-apiserver"]["ports"]
+    assert f"API=http://{port['host_ip']}:{port['published']}" in text
+    assert "exec -T airflow-scheduler" in text and "AIRFLOW_TUNE_REGISTRY_URI" in text
+    assert "AIRFLOW_TUNE_REGISTRY_URI" in _environment(services["airflow-scheduler"])
