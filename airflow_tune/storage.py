@@ -113,18 +113,62 @@ def read_bytes(uri: str) -> bytes:
         return bytes(stream.read())
 
 
+#: How many times a JSON file is read before one that does not parse counts as malformed, and the first pause
+#: between reads (doubled each time: 0.3 s in all).
+JSON_READ_ATTEMPTS = 5
+JSON_REREAD_PAUSE_S = 0.02
+
+
+def _version(info: pyarrow.fs.FileInfo) -> tuple[Any, Any]:
+    return info.mtime_ns, info.size
+
+
+def _read_json_file(fs: pyarrow.fs.FileSystem, path: str, info: pyarrow.fs.FileInfo) -> tuple[Any, Any]:
+    """The JSON of ``path`` whose ``info`` was just read, and the version it was read at.
+
+    pyarrow reads an object as a HEAD for its size and then ranged GETs: a file replaced in between (``progress.json``,
+    rewritten while it is polled) can come back cut short or spliced from two versions. Such a torn read does not
+    parse, and the file is read again after a pause; object stores give no version to compare that the replacement
+    is sure to change (a modification time is whole seconds on some), so only a file that still does not parse after
+    :data:`JSON_READ_ATTEMPTS` reads is malformed, and that error is raised.
+    """
+    import time
+
+    import pyarrow.fs
+
+    for attempt in range(JSON_READ_ATTEMPTS):
+        with fs.open_input_stream(path) as stream:
+            data = stream.read()
+        try:
+            return json.loads(data), _version(info)
+        except ValueError:
+            if attempt == JSON_READ_ATTEMPTS - 1:
+                raise
+        time.sleep(JSON_REREAD_PAUSE_S * 2**attempt)
+        info = fs.get_file_info(path)
+        if info.type == pyarrow.fs.FileType.NotFound:
+            raise FileNotFoundError(f"{path} was deleted while it was read")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def read_json(uri: str) -> Any:
-    return json.loads(read_bytes(uri))
+    import pyarrow.fs
+
+    fs, path = resolve(uri)
+    info = fs.get_file_info(path)
+    if info.type == pyarrow.fs.FileType.NotFound:
+        raise FileNotFoundError(f"no file at {uri}")
+    return _read_json_file(fs, path, info)[0]
 
 
 def read_json_or_none(uri: str) -> Any:
     import pyarrow.fs
 
     fs, path = resolve(uri)
-    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+    info = fs.get_file_info(path)
+    if info.type == pyarrow.fs.FileType.NotFound:
         return None
-    with fs.open_input_stream(path) as stream:
-        return json.loads(stream.read())
+    return _read_json_file(fs, path, info)[0]
 
 
 def read_json_if_changed(uri: str, seen: Any) -> tuple[Any, Any]:
@@ -137,11 +181,9 @@ def read_json_if_changed(uri: str, seen: Any) -> tuple[Any, Any]:
     info = fs.get_file_info(path)
     if info.type == pyarrow.fs.FileType.NotFound:
         return None, None
-    version = (info.mtime_ns, info.size)
-    if version == seen:
+    if _version(info) == seen:
         return None, seen
-    with fs.open_input_stream(path) as stream:
-        return json.loads(stream.read()), version
+    return _read_json_file(fs, path, info)
 
 
 def write_bytes(uri: str, data: bytes) -> None:
