@@ -27,10 +27,12 @@ import pytest
 
 from airflow_tune import storage
 from airflow_tune.contract import manifest_uri
+from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RESULT_KEYS
-from tests.e2e.helpers import experiment, load_dag, run_dag, run_id_for, stop_live_jobs, wait_for
+from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, run_id_for, stop_live_jobs, wait_for
 from tests.support.cluster_venv import CLUSTER_PYTHON
+from tests.support.head_loss import kill_head, lasting_thread, restart_exited_workers, saved_trials, start_new_head
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -268,3 +270,108 @@ def test_a_worker_node_lost_mid_experiment_costs_one_try_nothing(cluster):
         stop_live_jobs(name)
         if "pids" in lost:  # the module's cluster gets its two workers back
             cluster.start_worker(lost["index"])
+
+
+# -- losing the head -----------------------------------------------------------------------------------------------
+
+# Three trials on two workers: x=1 ends after 2 steps, x=2 and x=3 run 8 steps of 1 s each.
+HEAD_LOSS_SPACE = {"x": {"grid_search": [1, 2, 3]}, "steps": {"1": 2, "2": LONG, "3": LONG}, "sleep": 1.0}
+
+
+def _saved_with_one_done_one_running(experiment_uri: str, marker_uri: str, at_least: int) -> dict | None:
+    """The moment to lose the head, as S3 holds it (all a new cluster gets): Tune's saved experiment state has a
+    trial TERMINATED (its end marker written) and another RUNNING at iteration >= ``at_least`` that has not ended."""
+    saved = saved_trials(experiment_uri)
+    ended = {m["x"] for m in _marks(marker_uri) if m["event"] == "end"}
+    done = sorted(x for x, (status, _) in saved.items() if status == "TERMINATED" and x in ended)
+    running = [(x, i) for x, (status, i) in saved.items() if status == "RUNNING" and i >= at_least and x not in ended]
+    if not done or not running:
+        return None
+    return {"ended": done, "x": running[0][0], "iteration": running[0][1]}
+
+
+@pytest.mark.timeout(300)
+def test_the_head_lost_mid_experiment_costs_one_try_and_the_next_restores_it_on_the_new_cluster(cluster):
+    state = cluster.state
+    logical_date = datetime(2004, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
+    name = experiment("aft_cluster_head_loss", run_id_for(logical_date))
+    marker_uri = f"s3://{state.bucket}/markers/{name}"
+    experiment_uri = f"{state.storage_uri}/{name}"
+    old_nodes = {state.head_node_id, *state.worker_node_ids}
+    lost: dict[str, Any] = {}
+
+    def lose_the_head() -> None:
+        lost.update(
+            wait_for(
+                lambda: _saved_with_one_done_one_running(experiment_uri, marker_uri, at_least=2),
+                150,
+                "a finished trial and a running one with 2 checkpointed steps in the saved experiment state",
+                interval=0.5,
+            )
+        )
+        [job] = jobs_of(name)
+        lost["job_id"] = job["submission_id"]
+        lost["pids"] = kill_head(cluster)
+        lost["at"] = time.time()
+        start_new_head(cluster)  # same GCS and dashboard address, as KubeRay recreates the head pod
+        lost["head_up"] = time.time()
+        lost["workers_gone"] = restart_exited_workers(cluster)
+        lost["rejoined"] = time.time()
+
+    # The new nodes must outlive this test (they are the module's cluster now), so the thread that starts them too.
+    killer = lasting_thread().submit(lose_the_head)
+    try:
+        run = run_dag(
+            load_dag("aft_cluster_head_loss", "cluster_cases.py"),
+            {"space": {**HEAD_LOSS_SPACE, "marker_uri": marker_uri}},
+            logical_date,
+        )
+        error = killer.exception(timeout=60)
+        assert error is None, repr(error)
+        assert lost.get("pids"), "the experiment ended before the head could be lost"
+        assert not [p for p in lost["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+        # The first try saw its job's cluster go: a task failure naming the job, as soon as the new head answered.
+        assert run.state == "success", (run.task_states(), run.errors("tune"))
+        assert run.try_numbers() == {"tune": 2}
+        [first_error] = run.errors("tune")
+        assert isinstance(first_error, RayJobError), repr(first_error)
+        assert f"lost track of Ray job {lost['job_id']}: job not found" in str(first_error), str(first_error)
+
+        # The next try submitted a job to the new cluster (it knows no job of the old one), whose driver restored
+        # the experiment from S3; it was submitted before the workers were back, and waited for them.
+        [job] = jobs_of(name)
+        assert job["status"] == "SUCCEEDED" and job["metadata"]["airflow_try_number"] == "2", job
+        submitted = job["start_time"] / 1000
+        assert lost["head_up"] <= submitted < lost["head_up"] + 30, (lost, submitted)
+        nodes = cluster.alive_nodes()
+        assert set(nodes) == {state.head_node_id, *state.worker_node_ids} and not set(nodes) & old_nodes
+
+        result = run.xcom("tune")
+        assert set(result) == set(RESULT_KEYS) and all(result[k] is not None for k in RESULT_KEYS)
+        assert result["job_id"] == job["submission_id"]
+        assert (result["num_trials"], result["num_terminated"], result["num_errored"]) == (3, 3, 0)
+        assert result["best_config"]["x"] == 3 and result["best_checkpoint_uri"].startswith(experiment_uri + "/")
+
+        marks = _marks(marker_uri)
+        after = [m for m in marks if m["time"] > lost["at"]]
+        ends = Counter(m["x"] for m in marks if m["event"] == "end")
+        resumed = [m for m in after if m["event"] == "resume" and m["x"] == lost["x"]]
+        # Every trial ended once; those that had ended before the loss never ran again; the interrupted one resumed
+        # once, on a new worker node, from the checkpoint the saved state held (a report's checkpoint is registered
+        # in the step after its result at the latest).
+        assert ends == {1: 1, 2: 1, 3: 1}, ends
+        assert not [m for m in after if m["x"] in lost["ended"]], after
+        assert [m["node_id"] for m in resumed] in ([state.worker_node_ids[0]], [state.worker_node_ids[1]]), resumed
+        assert max(1, lost["iteration"] - 1) <= resumed[0]["step"] < LONG, (lost, resumed)
+        assert {m["node_id"] for m in after if m["event"] != "step"} <= set(state.worker_node_ids), after
+        exits = ", ".join(f"{t - lost['at']:.0f}s" for t in lost["workers_gone"].values())
+        print(
+            f"head loss: killed the head ({len(lost['pids'])} processes) while x={lost['x']} was saved at iteration "
+            f"{lost['iteration']}; new head up {lost['head_up'] - lost['at']:.1f}s later; the old workers exited "
+            f"{exits} after the loss and "
+            f"rejoined as new nodes {lost['rejoined'] - lost['at']:.0f}s after it; x={lost['x']} resumed at step "
+            f"{resumed[0]['step']}; the DAG run took {run.seconds:.0f}s"
+        )
+    finally:
+        stop_live_jobs(name)
