@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_tune.spec.errors import Errors, is_int, is_number
@@ -119,12 +119,18 @@ def misread_primitive(node: Mapping[str, Any]) -> tuple[str, str] | None:
 def tune_grid_nodes(value: Any, path: str) -> list[tuple[str, Any]]:
     """Every one-key ``{"grid_search": ...}`` mapping below ``value``: Tune expands each into a grid, wherever it is
     in a config (``ray/tune/search/variant_generator.py``, ``_try_resolve``)."""
+    return mappings_where(value, path, lambda node: len(node) == 1 and "grid_search" in node)
+
+
+def mappings_where(value: Any, path: str, matches: Callable[[Mapping[Any, Any]], bool]) -> list[tuple[str, Any]]:
+    """Every mapping below ``value`` (at any depth, through lists) that ``matches``, with its path, sorted by path;
+    a matching mapping's own values are not searched further."""
     found: list[tuple[str, Any]] = []
     stack: list[tuple[str, Any]] = [(path, value)]
     while stack:
         where, node = stack.pop()
         if isinstance(node, Mapping):
-            if len(node) == 1 and "grid_search" in node:
+            if matches(node):
                 found.append((where, node))
                 continue
             stack.extend((f"{where}.{k}", v) for k, v in node.items())
@@ -270,18 +276,7 @@ TUNE_CODE_KEYS = TUNE_DECODER_KEYS
 
 def tune_code_nodes(value: Any, path: str) -> list[tuple[str, Any]]:
     """Every mapping below ``value`` with a key a Tune decoder acts on (:data:`TUNE_DECODER_KEYS`), with its path."""
-    found: list[tuple[str, Any]] = []
-    stack: list[tuple[str, Any]] = [(path, value)]
-    while stack:
-        where, node = stack.pop()
-        if isinstance(node, Mapping):
-            if any(isinstance(key, str) and key in TUNE_DECODER_KEYS for key in node):
-                found.append((where, node))
-                continue
-            stack.extend((f"{where}.{k}", v) for k, v in node.items())
-        elif isinstance(node, (list, tuple)):
-            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(node))
-    return sorted(found, key=lambda item: item[0])
+    return mappings_where(value, path, lambda node: any(isinstance(k, str) and k in TUNE_DECODER_KEYS for k in node))
 
 
 def decoder_keys_of(node: Mapping[str, Any]) -> list[str]:
