@@ -392,7 +392,10 @@ def test_the_ray_connection_parses_with_the_hooks_parser_and_points_at_the_head(
     assert f"--dashboard-port={endpoint.url.rsplit(':', 1)[1]}" in head and "--dashboard-host=0.0.0.0" in head
     assert endpoint.url == "http://ray-head:8265"
     # A browser on the Docker host opens the dashboard where compose publishes it.
-    assert conn.extra_dejson["dashboard_url"] == "http://127.0.0.1:8265"
+    assert (
+        endpoint.dashboard_url == "http://127.0.0.1:8265"
+        and conn.extra_dejson["dashboard_url"] == endpoint.dashboard_url
+    )
     [port] = services["ray-head"]["ports"]
     assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "8265", 8265)
     # Ray's token auth is on: the connection's password is the token every Ray node runs with, from docker/.env.
