@@ -3,11 +3,11 @@ service absent (its ports free) and passes against the real service, and the one
 unhealthy one. The compose ports are fixed (52365, 8265, 8080, 8974, 5000) and the local stack's are not, so each
 port in the command is replaced by the live service's; the test checks each replaced port occurs in the command.
 
-Real services: the session stack's Ray head (its dashboard agent and dashboard; a worker's check asks the same agent
-endpoint every node serves) and moto's server; Airflow's scheduler health server (Airflow's own ``HealthServer``
-handler on the stack's migrated database, with a live scheduler job row, then without one); for the API server an
-HTTP server answering ``/api/v2/monitor/health`` with Airflow's own ``get_airflow_health()`` on that database, in
-Airflow's response model (a real API server costs ~20 s more here and answers from the same function).
+Real services: a Ray head of the module's own (its dashboard agent and dashboard; a worker's check asks the same
+agent endpoint every node serves) and the session stack's moto server; Airflow's scheduler health server (Airflow's
+own ``HealthServer`` handler on the stack's migrated database, with a live scheduler job row, then without one); for
+the API server an HTTP server answering ``/api/v2/monitor/health`` with Airflow's own ``get_airflow_health()`` on that
+database, in Airflow's response model (a real API server costs ~20 s more here and answers from the same function).
 """
 
 from __future__ import annotations
@@ -145,9 +145,31 @@ def run_until_healthy(source: str, ports: dict[int, int], timeout: float = 90.0)
         time.sleep(1)
 
 
-def test_the_ray_checks_pass_on_a_real_node_and_fail_on_a_wrong_answer(checks, stack):
-    agent = _agent_listen_port(stack.ray_pid)
-    live = {52365: agent, 8265: stack.dashboard_port}
+@pytest.fixture(scope="module")
+def ray_node() -> Iterator:
+    """A Ray head of this module's own: the session's has been through the suite's faults by now (a dashboard
+    paused for 30 s, killed jobs), and once in a full run its dashboard agent was not there to be asked."""
+    import os
+    import tempfile
+
+    from airflow_tune.local import LocalStack
+    from tests.conftest import TEST_ROOT
+
+    local = LocalStack(
+        Path(tempfile.mkdtemp(prefix="healthchecks-", dir=TEST_ROOT)),
+        num_cpus=1,
+        airflow_home=os.environ["AIRFLOW_HOME"],
+    )
+    state = local.start()
+    try:
+        yield state
+    finally:
+        local.stop()
+
+
+def test_the_ray_checks_pass_on_a_real_node_and_fail_on_a_wrong_answer(checks, ray_node):
+    agent = _agent_listen_port(ray_node.ray_pid)
+    live = {52365: agent, 8265: ray_node.dashboard_port}
     for name in ("ray-head", "ray-worker-1", "ray-worker-2"):
         done = run_until_healthy(checks[name], {p: live[p] for p in PORTS[name]})
         assert done.returncode == 0, f"{name}: {done.stderr}"
