@@ -109,23 +109,15 @@ def serving(server: HTTPServer) -> Iterator[int]:
         server.server_close()
 
 
-def _agent_listen_port(ray_pid: int, timeout: float = 60.0) -> int:
-    """The dashboard agent's HTTP port of the node ``ray start`` (``ray_pid``) runs, from the agent's command line.
-    The raylet starts the agent a few seconds after the head answers the Jobs API: waited for, ``timeout`` at most."""
+def _agent_listen_port(ray_pid: int) -> int:
+    """The dashboard agent's HTTP port of the node ``ray start`` (``ray_pid``) runs: the local stack gives every node
+    its own, on ``ray start``'s command line (the agent answers there once it is up: the checks wait for that)."""
     import psutil
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in psutil.Process(ray_pid).children(recursive=True):
-            try:
-                cmdline = proc.cmdline()
-            except psutil.NoSuchProcess:
-                continue
-            if any(arg.endswith("dashboard/agent.py") for arg in cmdline):
-                [port] = [a.split("=", 1)[1] for a in cmdline if a.startswith("--listen-port=")]
-                return int(port)
-        time.sleep(0.5)
-    raise AssertionError(f"no dashboard agent under pid {ray_pid} after {timeout}s")
+    [port] = [
+        a.split("=", 1)[1] for a in psutil.Process(ray_pid).cmdline() if a.startswith("--dashboard-agent-listen-port=")
+    ]
+    return int(port)
 
 
 def test_every_check_fails_with_its_service_absent(checks):
@@ -147,8 +139,8 @@ def run_until_healthy(source: str, ports: dict[int, int], timeout: float = 90.0)
 
 @pytest.fixture(scope="module")
 def ray_node() -> Iterator:
-    """A Ray head of this module's own: the session's has been through the suite's faults by now (a dashboard
-    paused for 30 s, killed jobs), and once in a full run its dashboard agent was not there to be asked."""
+    """A Ray head of this module's own: the session's has been through the suite's faults by then (a dashboard
+    paused for 30 s, killed jobs)."""
     import os
     import tempfile
 
