@@ -44,7 +44,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     :param metric: the metric the trainable reports and the search optimizes.
     :param mode: ``"min"`` or ``"max"``.
     :param param_space: the search space as JSON, e.g. ``{"lr": {"loguniform": [1e-4, 1e-1]}}``.
-    :param num_samples: how many times to sample the space (times each grid point).
+    :param num_samples: samples of the space (times each grid point); -1 until time_budget_s or a stopper ends it.
     :param max_concurrent_trials: at most this many trials at once.
     :param reuse_actors: reuse Class API actors between trials (``reset_config``).
     :param time_budget_s: stop starting and running trials after this many seconds.
@@ -54,9 +54,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
         ``maximum_iteration`` and ``timeout`` stoppers with their arguments).
     :param callbacks: Tune callbacks added to the run: loggers by name (``"csv"``, ``"json"``, ``"tbx"``,
         ``{"name": "mlflow", "args": {...}}``, ``"wandb"``; no credentials in their arguments: set those in the
-        cluster's environment) and custom ``tune.Callback`` classes or factories by import path
-        (``"pkg.mod:MyCallback"`` or ``{"factory": "pkg.mod:make", "args": {...}}``; code, so written in the DAG
-        file or allow-listed).
+        cluster's environment) and custom ``tune.Callback`` classes or factories by import path (``"pkg.mod:Cb"`` or
+        ``{"factory": "pkg.mod:make", "args": {...}}``; code, so written in the DAG file or allow-listed).
     :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``
         (also ``"pkg.mod:fn"``).
     :param search: ``"optuna"`` or ``{"name": "optuna", "args": {...}, "max_concurrent": 2}``.
@@ -90,8 +89,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
     :param runtime_env: any other Ray runtime_env settings (merged; ``env_vars`` hold no secrets: they are
         visible in the job's metadata). ``working_dir``, ``py_modules``, ``pip`` and ``runtime_env`` decide what
         code runs on the cluster, so they are not templated: write them in the DAG file.
-    :param wait_for_completion: wait for the experiment (default); with False, return the job id and
-        experiment URI at once for a :class:`~airflow_tune.sensors.tune.RayTuneSensor`.
+    :param wait_for_completion: wait (default); False returns the job and experiment at once for a ``RayTuneSensor``.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between status checks while waiting in a worker (a deferred wait shares one poll
         per cluster, every 0.5 s, among all triggers).
