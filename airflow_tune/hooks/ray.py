@@ -152,9 +152,10 @@ class RayHook(BaseHook):
         return self._client
 
     def test_connection(self) -> tuple[bool, str]:
-        """Ask the dashboard for its Ray version (``GET /api/version``); return (ok, message)."""
+        """Ask the dashboard for its Ray version (``GET /api/version``); return (ok, message). A cluster outside the
+        supported range fails the test, as it would fail every task."""
         try:
-            version = self.get_ray_version()
+            version = self.check_ray_version()
         except Exception as exc:
             return False, str(exc) if isinstance(exc, AirflowTuneException) else f"{type(exc).__name__}: {exc}"
         return True, f"Connected to Ray {version} at {self.endpoint.url}"

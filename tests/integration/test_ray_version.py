@@ -20,7 +20,7 @@ from packaging.version import Version
 from airflow_tune.exceptions import RayConnectionError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.versions import SUPPORTED_RAY
+from airflow_tune.versions import SUPPORTED_RAY, describe_supported_ray
 from tests.support.json_http import JsonHandler
 
 
@@ -108,6 +108,16 @@ def test_submit_job_refuses_a_cluster_outside_the_range_before_posting(dashboard
     with pytest.raises(RayConnectionError, match=r"runs Ray 2\.40\.0.*older"):
         RayHook(ray_conn_id="ray_other_version").submit_job(entrypoint="echo hi", submission_id="nothing-posted")
     assert not [r for r in dashboard.seen if r[0] != "GET"], dashboard.seen
+
+
+def test_the_connection_test_fails_on_a_cluster_outside_the_range(dashboard):
+    dashboard.ray_version = "2.40.0"
+    ok, message = RayHook(ray_conn_id="ray_other_version").test_connection()
+    assert not ok
+    assert "runs Ray 2.40.0" in message and describe_supported_ray() in message, message
+    dashboard.ray_version = "2.50.1"
+    ok, message = RayHook(ray_conn_id="ray_other_version").test_connection()
+    assert ok and "Connected to Ray 2.50.1" in message, message
 
 
 @pytest.mark.parametrize("cluster_ray", ["2.43.0", "2.50.1", "2.59.0", "2.60.0", "2.60.3"])
