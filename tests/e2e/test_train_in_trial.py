@@ -91,4 +91,3 @@ def test_train_workers_the_cluster_cannot_hold_fail_the_task_naming_them():
     assert "and its 2 Train workers {'CPU': 1.0} each (PACK" in first and "'CPU': 2.0" in first, first
     [job] = jobs_of(name)
     assert job["status"] == "FAILED"
-    assert run.seconds < 60, f"the failure took {run.seconds:.0f}s"
