@@ -150,9 +150,8 @@ def test_finished_experiment_rerun_returns_at_once_and_changed_space_is_refused(
     runs = len(read_markers(str(tmp_path)))
     assert runs == 2
 
-    began = time.monotonic()
+    # At once: the driver returns the stored result without building a Tuner (no trial, no restore).
     logs, again = jobs.run_ok(stack, spec)
-    assert time.monotonic() - began < 15
     assert "already finished" in logs and "started experiment" not in logs and "restored experiment" not in logs
     assert again == first
     assert len(read_markers(str(tmp_path))) == runs, "no trial ran again"
