@@ -1,7 +1,9 @@
 """The older supported Airflow releases (3.1, the oldest, and 3.2, each in an environment of its own with the
 provider and no Ray) as real processes (API server, scheduler, dag processor, triggerer; their own AIRFLOW_HOME: their
 schemas are not 3.3's) against the session's Ray head and S3 endpoint: a blocking and a deferred task give the XCom
-contract, the Experiment view is served by that release's API server, and a task marked failed while deferred stops
+contract, the Experiment view is served by that release's API server, a deferred RayTuneSensor follows a submitted
+job and PromoteCheckpointOperator promotes its winner (and, gated off, skips its downstream task through that
+release's SkipMixin), and a task marked failed while deferred stops
 its Ray job (before 3.3 there is no ``BaseTrigger.on_kill``: the trigger asks for its task's state when cancelled).
 One Airflow at a time serves the module's tests for its release.
 """
@@ -20,6 +22,7 @@ import httpx
 import pytest
 
 from airflow_tune.contract import RESULT_KEYS
+from airflow_tune.registry import read_champion, s3_client
 from tests.e2e.helpers import experiment, jobs_of, stop_live_jobs
 from tests.e2e.real_airflow import USERNAME, ApiClient, RealAirflow, wait_until
 from tests.support.compat_envs import AIRFLOW_RELEASES, airflow_python
@@ -28,7 +31,7 @@ from tests.support.tune_testkit.markers import read_markers
 pytestmark = pytest.mark.timeout(300)
 
 DAGS = Path(__file__).resolve().parent / "airflow_dags"
-DAG_IDS = ("aft_compat_modes", "aft_compat_kill")
+DAG_IDS = ("aft_compat_modes", "aft_compat_kill", "aft_compat_sensor_promote")
 VIEW = "/airflow-tune/experiment"
 TRIGGER_CLASSPATH = "airflow_tune.triggers.tune.RayTuneTrigger"
 #: A kill is seen by the triggerer within a few of its loops; then the state lookup (3.1's triggerer starts its
@@ -158,6 +161,41 @@ def test_blocking_and_deferred_give_the_xcom_contract_and_the_view_is_served(rel
     assert view["counts"] == {"TERMINATED": 2} and view["num_trials"] == 2, view
     assert httpx.get(f"{airflow.base_url}{VIEW}/data", params=query).status_code == 401
     print(f"Airflow {release}: blocking + deferred run and the view in {time.monotonic() - started:.0f}s")
+
+
+def test_the_sensor_and_the_promotion_run_and_a_held_back_promotion_skips_downstream(release, airflow, api, stack):
+    run_id = _trigger(api, "aft_compat_sensor_promote", {})
+    seen: set[str] = set()
+    state = _wait_for_run(airflow, api, "aft_compat_sensor_promote", run_id, seen)
+    states = api.task_instances("aft_compat_sensor_promote", run_id)
+    assert state == "success", (states, seen)
+    assert states == {
+        "submit": "success",
+        "sense": "success",
+        "promote": "success",
+        "deploy": "success",
+        "held_back": "success",
+        "deploy_held_back": "skipped",
+    }, states
+    assert "deferred" in seen, f"the sensor was never seen deferred: {seen}"
+
+    submitted = api.xcom("aft_compat_sensor_promote", run_id, "submit")["value"]
+    sensed = api.xcom("aft_compat_sensor_promote", run_id, "sense")["value"]
+    assert isinstance(sensed, dict) and set(sensed) == {*RESULT_KEYS, "finished"} and sensed["finished"], sensed
+    assert sensed["experiment"] == submitted["experiment"] == experiment("aft_compat_sensor_promote", run_id, "submit")
+    assert sensed["job_id"] == submitted["job_id"] and sensed["num_terminated"] == 2, sensed
+    assert sensed["best_config"] == {"x": 3, "steps": 2}, sensed
+
+    promoted = api.xcom("aft_compat_sensor_promote", run_id, "promote")["value"]
+    assert promoted["promoted"] is True and promoted["version"], promoted
+    assert api.xcom("aft_compat_sensor_promote", run_id, "deploy")["value"] == promoted["version"]
+    held = api.xcom("aft_compat_sensor_promote", run_id, "held_back")["value"]
+    assert held["promoted"] is False and "misses threshold" in held["reason"], held
+    registries = airflow.env["AIRFLOW_TUNE_STORAGE_URI"].rsplit("/", 1)[0]
+    champion = read_champion(f"{registries}/registry", s3_client(None))
+    assert champion is not None and champion["version"] == promoted["version"], champion
+    assert champion["source_checkpoint_uri"] == sensed["best_checkpoint_uri"], champion
+    assert read_champion(f"{registries}/registry-held-back", s3_client(None)) is None
 
 
 def test_a_task_marked_failed_while_deferred_stops_its_ray_job(release, airflow, api, tmp_path) -> None:
