@@ -84,6 +84,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         self.threshold = threshold
         self.skip_downstream_if_not_promoted = skip_downstream_if_not_promoted
         self.aws_conn_id = aws_conn_id
+        self.returned: dict[str, Any] | None = None  # the decision, for lineage
 
     # -- inputs -------------------------------------------------------------------------------------------------
     def _inputs(self) -> tuple[dict[str, Any], str, str, float | None]:
@@ -166,6 +167,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
             "mode": mode,
             "value": value,
         }
+        self.returned = out
         if not promoted:
             self.log.info("Not promoting: %s", reason)
             # No registry change, so no Asset event for the deploy DAGs.
@@ -215,6 +217,18 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = {"version": version, "value": value, "metric": metric}
         return out
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by its provider's listener): the best checkpoint read; with a promotion, the registry
+        version written and the registry whose champion moved. Never raises."""
+        from airflow_tune import lineage
+
+        def names() -> tuple[list[lineage.Name], list[lineage.Name]]:
+            result = json.loads(self.result) if isinstance(self.result, str) else self.result
+            source = result.get("best_checkpoint_uri") if isinstance(result, dict) else None
+            return lineage.promote_dataset_names(self.returned, source, self.registry_uri)
+
+        return lineage.operator_lineage(names, self.log)
 
     # -- pieces -------------------------------------------------------------------------------------------------
     @staticmethod

@@ -213,6 +213,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
         self.ship_engine = ship_engine
         self.job_id: str | None = None
         self.spec: ExperimentSpec | None = None
+        self.returned: dict[str, Any] | None = None  # the XCom result, for lineage (also after a deferral)
 
     @cached_property
     def hook(self) -> RayHook:
@@ -233,12 +234,13 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
             return self._xcom_result(finished, job_id)
         assert job_id is not None
         if not self.wait_for_completion:
-            return {
+            self.returned = {
                 "job_id": job_id,
                 "experiment": spec.name,
                 "experiment_uri": spec.experiment_uri,
                 "dashboard_url": self.hook.job_url(job_id),
             }
+            return self.returned
         if self.deferrable:
             self.defer(trigger=self._trigger(context, spec, job_id), method_name="execute_complete")
         status = self.wait_blocking(job_id, spec.experiment_uri, log_interval=spec.progress_interval_s)
@@ -397,4 +399,15 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
             json.dumps(out["best_config"]),
             out["best_checkpoint_uri"],
         )
+        self.returned = out
         return out
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (called by its provider's listener): the warm-start registry read; the experiment folder and
+        the best checkpoint written (only the folder when the task failed after a job ran). Never raises."""
+        from airflow_tune import lineage
+
+        ran_on = self.spec.experiment_uri if self.spec is not None and self.job_id else None
+        return lineage.operator_lineage(
+            lambda: lineage.tune_dataset_names(self.returned, self.warm_start, ran_on), self.log
+        )

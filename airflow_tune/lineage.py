@@ -1,0 +1,104 @@
+"""OpenLineage for the operators: the datasets a tune or promote task read and wrote, from what the task holds after
+it ran (its XCom result, its rendered arguments).
+
+The operators' ``get_openlineage_facets_on_complete`` call :func:`tune_lineage` and :func:`promote_lineage`. The
+OpenLineage provider's classes are imported inside those functions only, so importing the operators (DAG parsing)
+never imports them; the naming (:func:`dataset_names`) is plain logic over URIs. Datasets follow OpenLineage's naming:
+``s3://bucket/key`` is namespace ``s3://bucket``, name ``key`` (``gs://`` likewise), a local path is namespace
+``file``, name the absolute path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+#: Schemes whose URIs are named ``<scheme>://<bucket>`` + key (``gcs://`` is gs:// under another name).
+_BUCKET_SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs"}
+
+Name = tuple[str, str]
+
+
+def dataset_name(uri: Any) -> Name | None:
+    """OpenLineage's ``(namespace, name)`` of a storage URI, or None for anything that is not one (a dict, a
+    relative path, a template left unrendered by a failed task, a scheme with no naming here)."""
+    if not isinstance(uri, str) or not uri or any(c.isspace() for c in uri) or "{{" in uri or "{%" in uri:
+        return None
+    if uri.startswith("/"):
+        return ("file", uri.rstrip("/") or "/")
+    try:
+        parts = urlsplit(uri)
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme in _BUCKET_SCHEMES and parts.netloc:
+        return (f"{_BUCKET_SCHEMES[scheme]}://{parts.netloc}", parts.path.strip("/") or "/")
+    if scheme == "file" and parts.path.startswith("/"):
+        return (f"file://{parts.netloc}" if parts.netloc else "file", parts.path.rstrip("/") or "/")
+    return None
+
+
+def _unique(uris: Iterable[Any]) -> list[Name]:
+    names: list[Name] = []
+    for uri in uris:
+        name = dataset_name(uri)
+        if name is not None and name not in names:
+            names.append(name)
+    return names
+
+
+def tune_dataset_names(
+    result: Mapping[str, Any] | None, warm_start: Any, experiment_uri: str | None = None
+) -> tuple[list[Name], list[Name]]:
+    """What a tune task read and wrote: ``(inputs, outputs)``.
+
+    :param result: the task's XCom result (None when it returned none: it failed, or has not run).
+    :param warm_start: the rendered ``warm_start``: a registry URI is an input (the champion's config seeds the
+        search); a config dict (an XCom) is not a dataset.
+    :param experiment_uri: the experiment folder, when a job ran on it but no result came back (a failed task).
+    :return: inputs (the warm-start registry) and outputs (the experiment folder, the best checkpoint).
+    """
+    inputs = _unique([warm_start] if isinstance(warm_start, str) and "://" in warm_start else [])
+    if isinstance(result, Mapping):
+        outputs = _unique([result.get("experiment_uri"), result.get("best_checkpoint_uri")])
+    else:
+        outputs = _unique([experiment_uri])
+    return inputs, outputs
+
+
+def promote_dataset_names(
+    decision: Mapping[str, Any] | None, source: Any, registry_uri: Any
+) -> tuple[list[Name], list[Name]]:
+    """What a promote task read and wrote: ``(inputs, outputs)``.
+
+    :param decision: the task's XCom result (None when it returned none).
+    :param source: the best checkpoint URI it was given (read, and copied when promoted).
+    :param registry_uri: the registry. A promotion writes the version (``<registry>/versions/<version>``: the
+        checkpoint's copy and ``model.json``) and moves the registry's champion pointer, which a warm start reads.
+    :return: inputs (the checkpoint) and outputs (the version and the registry; none when nothing was promoted).
+    """
+    inputs = _unique([source])
+    outputs: list[Name] = []
+    version = decision.get("version") if isinstance(decision, Mapping) and decision.get("promoted") else None
+    if isinstance(version, str) and version and isinstance(registry_uri, str) and registry_uri:
+        outputs = _unique([f"{registry_uri.rstrip('/')}/versions/{version}", registry_uri])
+    return inputs, outputs
+
+
+def operator_lineage(names: Callable[[], tuple[list[Name], list[Name]]], log: Any) -> Any:
+    """The OpenLineage provider's ``OperatorLineage`` of the datasets ``names()`` gives; an empty one (with a
+    warning in the task log) when it raises, so lineage never fails a task. Imports the provider: call it only
+    from ``get_openlineage_facets_on_complete``, which the provider's listener calls."""
+    from airflow.providers.common.compat.openlineage.facet import Dataset
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    try:
+        inputs, outputs = names()
+    except Exception:
+        log.warning("OpenLineage: could not name the datasets of this task; reporting none", exc_info=True)
+        return OperatorLineage()
+    return OperatorLineage(
+        inputs=[Dataset(namespace=ns, name=name) for ns, name in inputs],
+        outputs=[Dataset(namespace=ns, name=name) for ns, name in outputs],
+    )
