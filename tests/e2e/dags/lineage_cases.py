@@ -1,0 +1,40 @@
+"""A DAG for the OpenLineage e2e test: a deferred tune task warm-started from a registry (``params.registry``), then
+a promotion of its winner into that registry."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow.sdk import DAG, Param
+
+from airflow_tune.operators.promote import PromoteCheckpointOperator
+from airflow_tune.operators.tune import RayTuneOperator
+
+TESTKIT = str(Path(__file__).resolve().parents[2] / "support" / "tune_testkit")
+STORAGE = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
+
+with DAG(
+    "aft_lineage",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={"registry": Param("s3://airflow-tune/e2e-registry/lineage", type="string")},
+) as lineage:
+    tune = RayTuneOperator(
+        task_id="tune",
+        trainable="tune_testkit.functions:checkpointing",
+        storage_path=STORAGE,
+        metric="loss",
+        mode="min",
+        param_space={"x": {"grid_search": [1, 3]}, "steps": 2},
+        checkpoint={"num_to_keep": 2},
+        warm_start="{{ params.registry }}",
+        py_modules=[TESTKIT],
+        progress_interval_s=1.0,
+        poll_interval=0.5,
+        deferrable=True,
+    )
+    PromoteCheckpointOperator(
+        task_id="promote", result=tune.output, registry_uri="{{ params.registry }}", gate="always"
+    )
