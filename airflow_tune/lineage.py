@@ -1,9 +1,10 @@
 """OpenLineage for the operators: the datasets a tune or promote task read and wrote, from what the task holds after
 it ran (its XCom result, its rendered arguments).
 
-The operators' ``get_openlineage_facets_on_complete`` call :func:`tune_lineage` and :func:`promote_lineage`. The
-OpenLineage provider's classes are imported inside those functions only, so importing the operators (DAG parsing)
-never imports them; the naming (:func:`dataset_names`) is plain logic over URIs. Datasets follow OpenLineage's naming:
+The operators' ``get_openlineage_facets_on_complete`` name their datasets with :func:`tune_dataset_names` and
+:func:`promote_dataset_names` and wrap them with :func:`operator_lineage`, the one place that imports the OpenLineage
+provider's classes, so importing the operators (DAG parsing) never imports them; the naming (:func:`dataset_name`)
+is plain logic over URIs. Datasets follow OpenLineage's naming:
 ``s3://bucket/key`` is namespace ``s3://bucket``, name ``key`` (``gs://`` likewise), a local path is namespace
 ``file``, name the absolute path.
 """
