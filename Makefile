@@ -10,7 +10,7 @@ CLUSTER_VENV ?= .cluster-venv
 CLUSTER_STAMP := $(CLUSTER_VENV)/.installed
 CLUSTER_ENV := AIRFLOW_TUNE_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python
 
-.PHONY: venv cluster-venv compat-envs browser demo test lint unit integration e2e compat bench up down clean
+.PHONY: venv cluster-venv mlflow-venv compat-envs browser demo test lint unit integration e2e compat bench up down clean
 
 venv: $(STAMP)
 
@@ -21,6 +21,21 @@ $(CLUSTER_STAMP): docker/requirements-ray.txt constraints.txt
 	$(CLUSTER_VENV)/bin/pip install -q --disable-pip-version-check --upgrade "pip>=24"
 	$(CLUSTER_VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -r docker/requirements-ray.txt
 	touch $(CLUSTER_STAMP)
+
+# The local stack's MLflow tracking server runs from a virtualenv of its own (the server's pins are not Airflow's),
+# installed with uv from docker/requirements-mlflow.txt (the mlflow image's too), bytecode compiled at install so
+# the server's first start does not compile MLflow.
+MLFLOW_VENV ?= .mlflow-venv
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed
+MLFLOW_ENV := AIRFLOW_TUNE_MLFLOW_PYTHON=$(abspath $(MLFLOW_VENV))/bin/python
+
+mlflow-venv: $(MLFLOW_STAMP)
+
+$(MLFLOW_STAMP): docker/requirements-mlflow.txt | $(STAMP)
+	rm -rf $(MLFLOW_VENV)
+	$(UV) venv -q --no-python-downloads --python $(PYTHON) $(MLFLOW_VENV)
+	$(UV) pip install -q --compile-bytecode --python $(MLFLOW_VENV)/bin/python -r docker/requirements-mlflow.txt
+	touch $@
 
 # The compatibility tier's own environments (tests/compat), installed from the registries with uv (a Ray cluster
 # virtualenv in 25 s where pip takes 90): a cluster virtualenv for each of Ray's supported ends and one release
@@ -97,7 +112,7 @@ browser: venv
 
 # RAY_AUTH_MODE=disabled is for the client processes only (a local ray.init() in token mode would write
 # ~/.ray/auth_token); the local stack's Ray nodes run with token auth on, and clients send its token.
-demo: venv
+demo: venv mlflow-venv
 	RAY_AUTH_MODE=disabled $(PY) demo/run.py
 
 lint: venv
@@ -108,14 +123,14 @@ lint: venv
 # Two pytest workers, each with its own Ray head, S3 endpoint and Airflow home (tests mostly wait on Ray and S3, so
 # two run side by side on two cores); a file's tests stay on one worker, so module-scoped stacks start once.
 TEST_WORKERS ?= 2
-test: lint browser cluster-venv compat-envs
-	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+test: lint browser cluster-venv mlflow-venv compat-envs
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 unit: venv
 	$(VENV)/bin/pytest -q -m unit
 
-integration: venv
-	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q -m integration
+integration: venv cluster-venv mlflow-venv
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(VENV)/bin/pytest -q -m integration
 
 e2e: venv browser cluster-venv
 	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(VENV)/bin/pytest -q -m e2e
@@ -126,11 +141,11 @@ compat: venv cluster-venv compat-envs
 bench: venv
 	RAY_AUTH_MODE=disabled $(PY) -m benchmarks
 
-up: venv
-	RAY_AUTH_MODE=disabled $(PY) -m airflow_tune.local up
+up: venv mlflow-venv
+	RAY_AUTH_MODE=disabled $(PY) -m airflow_tune.local up --mlflow-python $(MLFLOW_VENV)/bin/python
 
 down: venv
 	$(PY) -m airflow_tune.local down
 
 clean: down
-	rm -rf $(VENV) $(CLUSTER_VENV) $(COMPAT) .stack .pytest_cache .mypy_cache .ruff_cache .artifacts
+	rm -rf $(VENV) $(CLUSTER_VENV) $(MLFLOW_VENV) $(COMPAT) .stack .pytest_cache .mypy_cache .ruff_cache .artifacts

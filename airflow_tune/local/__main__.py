@@ -6,6 +6,8 @@ files from: ``--dags-folder``, by default ``./dags`` when it exists, else the cu
 what ``up`` started.
 ``up --workers 2 --cluster-python .cluster-venv/bin/python`` starts the production shape instead: a head with no
 CPUs and two worker nodes, all run by the separate cluster virtualenv (``make cluster-venv``).
+``up --mlflow-python .mlflow-venv/bin/python`` also starts an MLflow tracking server from its own virtualenv
+(``make mlflow-venv``); ``env`` then sets ``MLFLOW_TRACKING_URI`` and the ``mlflow_default`` connection.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run every Ray node with this Python, from a separate cluster virtualenv (make cluster-venv)",
     )
     parser.add_argument(
+        "--mlflow-python",
+        default=None,
+        help="also run an MLflow tracking server, with this Python from its own virtualenv (make mlflow-venv)",
+    )
+    parser.add_argument(
         "--dags-folder",
         help="env: the folder of your DAG files; dag.test() runs only DAGs inside the DAGs folder "
         "(default: ./dags if it exists, else the current folder)",
@@ -53,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             worker_cpus=args.worker_cpus,
             cluster_python=args.cluster_python,
+            mlflow_python=args.mlflow_python,
         )
         try:
             state = stack.start()
@@ -63,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         if state.worker_node_ids:
             print(f"Ray nodes:     head {state.head_node_id} (no trials), workers {', '.join(state.worker_node_ids)}")
         print(f"S3 endpoint:   {state.s3_endpoint} (bucket {state.bucket})")
+        if state.mlflow_url:
+            print(f"MLflow:        {state.mlflow_url} (artifacts in {state.mlflow_artifacts_uri})")
         print(f"AIRFLOW_HOME:  {state.airflow_home}")
         print(f'Use it from a shell: eval "$(python -m airflow_tune.local env --root {args.root})"')
         return 0
@@ -85,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     for index, (pid, node_id) in enumerate(zip(current.worker_pids, current.worker_node_ids, strict=True)):
         print(f"Ray worker {index}  node {node_id} (pid {pid})")
     print(f"S3 endpoint   {current.s3_endpoint} (pid {current.s3_pid})")
+    if current.mlflow_url:
+        print(f"MLflow        {current.mlflow_url} (pid {current.mlflow_pid})")
     return 0
 
 

@@ -13,6 +13,11 @@ reaches that cluster only through the dashboard URL and S3.
 :class:`LocalStack` composes the parts: ``processes`` (spawning, stopping by id, the reaper), ``ports``,
 ``ray_nodes`` (the head and the worker nodes), ``services`` (the S3 endpoint, the Airflow home) and ``state`` (the
 state file that ``python -m airflow_tune.local`` works from).
+
+With ``mlflow_python`` the stack also runs an MLflow tracking server (``mlflow server``, from a virtualenv of its
+own) on 127.0.0.1: its SQLite store under the stack's folder, its artifacts on the stack's S3 endpoint, its URL in
+the state (``mlflow_url``), in the clients' environment (``MLFLOW_TRACKING_URI``) and in the Airflow connection
+``mlflow_default``. Only stacks that ask for it start it: it takes seconds to start, and most tests do not use it.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from airflow_tune.local.services import (
     LOCAL_SECRET_KEY,
     create_bucket,
     prepare_airflow_home,
+    start_mlflow,
     start_s3,
 )
 from airflow_tune.local.state import (
@@ -45,6 +51,10 @@ from airflow_tune.local.state import (
     stop_from_state,
     write_state,
 )
+
+#: Seconds the MLflow server may take to answer: it imports MLflow twice (the CLI, then its uvicorn worker) and
+#: creates its database's tables, which took 88 s on this project's 2-core machine under a full test run.
+MLFLOW_START_TIMEOUT = 240.0
 
 # The names this module has always offered, wherever they live now.
 __all__ = [
@@ -66,7 +76,8 @@ __all__ = [
 
 
 class LocalStack:
-    """Start and stop a Ray head, an S3 endpoint with one bucket, and an Airflow home, all under ``root``.
+    """Start and stop a Ray head, an S3 endpoint with one bucket, and an Airflow home (and an MLflow tracking server,
+    when asked), all under ``root``.
 
     :param root: folder for the stack's state, logs and Airflow home; created if missing.
     :param num_cpus: CPUs the Ray head offers (give 0 with ``workers``, so that no trial runs on the head).
@@ -85,6 +96,8 @@ class LocalStack:
     :param auth: Ray's token auth, on by default as in Ray 2.59+: every node runs with ``RAY_AUTH_MODE=token`` and a
         token of this stack's own (``state.auth_token``), which clients send as ``Authorization: Bearer``; the
         ``ray_default`` connection carries it as its password. ``False`` starts a cluster without auth.
+    :param mlflow_python: the Python of the MLflow server's own virtualenv (``make mlflow-venv``; its ``mlflow``
+        command sits beside it): the stack then also runs a tracking server, started and stopped with the rest.
     """
 
     STATE_FILE = STATE_FILE
@@ -104,6 +117,7 @@ class LocalStack:
         object_store_mb: int = 256,
         airflow_home: str | os.PathLike[str] | None = None,
         auth: bool = True,
+        mlflow_python: str | os.PathLike[str] | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         self.outlive_owner = outlive_owner
@@ -116,6 +130,7 @@ class LocalStack:
         self.cluster_python = Path(cluster_python).absolute() if cluster_python else None
         self.object_store_mb = object_store_mb
         self.airflow_home = Path(airflow_home).resolve() if airflow_home else self.root / "airflow"
+        self.mlflow_python = Path(mlflow_python).absolute() if mlflow_python else None
         self.state: StackState | None = None
         # Token auth on, as Ray 2.59+ has by default: a token of this stack's own, for every node and client.
         self.auth_token = secrets.token_hex(24) if auth else None
@@ -154,7 +169,9 @@ class LocalStack:
         ray_temp_dir = tempfile.mkdtemp(prefix="aft-ray-")
         airflow_home = self.airflow_home
         try:
-            if self.workers and not self.outlive_owner:
+            # The reaper also stops the MLflow server's workers: `mlflow server` runs them as children that would
+            # outlive it when it alone is told of its owner's death.
+            if (self.workers or self.mlflow_python) and not self.outlive_owner:
                 self._processes.start_reaper()
             self._processes.tell_reaper(f"dir {ray_temp_dir}")
             s3_port = fresh_port(self._ports)
@@ -176,6 +193,19 @@ class LocalStack:
             )
             wait_http(f"{self.state.s3_endpoint}/", 30, s3_proc, "S3 endpoint")
             create_bucket(self.state.s3_endpoint, self.bucket)
+            mlflow_proc = None
+            if self.mlflow_python is not None:
+                # Started now and waited for last: it comes up while Ray does.
+                self.state.mlflow_port = fresh_port(self._ports)
+                mlflow_proc = start_mlflow(
+                    self._processes,
+                    self.mlflow_python,
+                    self.state.mlflow_port,
+                    self.root / "mlflow",
+                    self.state.s3_endpoint,
+                    self.bucket,
+                )
+                self.state.mlflow_pid = mlflow_proc.pid
             if self.airflow:
                 prepare_airflow_home(airflow_home, self.state.airflow_env())
             wait_jobs_api(self.state.dashboard_url, timeout, ray_proc, token=self.auth_token)
@@ -183,6 +213,9 @@ class LocalStack:
                 self.state.head_node_id = wait_new_node(self.state.dashboard_url, set(), timeout, token=self.auth_token)
                 for index in range(self.workers):
                     self.start_worker(index, timeout=timeout)
+            if mlflow_proc is not None:
+                wait = max(timeout, MLFLOW_START_TIMEOUT)
+                wait_http(f"{self.state.mlflow_url}/health", wait, mlflow_proc, "MLflow server", ok_below=400)
             write_state(self.root, self.state)
             return self.state
         except BaseException:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from airflow_tune.local.processes import is_alive, process_started_at, stop_process_tree
-from airflow_tune.local.services import airflow_env, s3_endpoint, s3_env
+from airflow_tune.local.services import MLFLOW_ARTIFACTS_PREFIX, airflow_env, mlflow_url, s3_endpoint, s3_env
 
 STATE_FILE = "stack.json"
 
@@ -42,6 +42,19 @@ class StackState:
     #: Ray's token: every node runs in token mode with it, and clients send it (the ``ray_default`` connection's
     #: password); None for a stack started with ``auth=False``.
     auth_token: str | None = None
+    #: The MLflow tracking server (a stack started with ``mlflow_python``): its process and port, or None.
+    mlflow_pid: int | None = None
+    mlflow_port: int | None = None
+
+    @property
+    def mlflow_url(self) -> str | None:
+        """The tracking server's URL (``MLFLOW_TRACKING_URI`` for clients), or None when the stack runs none."""
+        return mlflow_url(self.mlflow_port) if self.mlflow_port else None
+
+    @property
+    def mlflow_artifacts_uri(self) -> str:
+        """Where the tracking server stores run artifacts (its ``--artifacts-destination``)."""
+        return f"s3://{self.bucket}/{MLFLOW_ARTIFACTS_PREFIX}"
 
     @property
     def dashboard_url(self) -> str:
@@ -59,7 +72,7 @@ class StackState:
         return s3_env(self.s3_endpoint)
 
     def airflow_env(self) -> dict[str, str]:
-        return airflow_env(self.airflow_home, self.dashboard_port, self.auth_token)
+        return airflow_env(self.airflow_home, self.dashboard_port, self.auth_token, self.mlflow_url)
 
     @property
     def auth_headers(self) -> dict[str, str]:
@@ -71,21 +84,30 @@ class StackState:
         return f"StackState(root={self.root!r}, dashboard={self.dashboard_url}, auth={auth})"
 
     def env(self) -> dict[str, str]:
-        """Environment for clients of the stack: Ray Jobs, S3 and Airflow. The token reaches Airflow only as the
-        ``ray_default`` connection's password, as in production; a client process stays out of Ray's token mode."""
-        return {
+        """Environment for clients of the stack: Ray Jobs, S3, Airflow and, when the stack runs one, MLflow
+        (``MLFLOW_TRACKING_URI``). The token reaches Airflow only as the ``ray_default`` connection's password, as in
+        production; a client process stays out of Ray's token mode."""
+        env = {
             **self.s3_env(),
             **self.airflow_env(),
             "RAY_AUTH_MODE": "disabled",
             "AIRFLOW_TUNE_DASHBOARD_URL": self.dashboard_url,
             "AIRFLOW_TUNE_STORAGE_URI": self.storage_uri,
         }
+        if self.mlflow_url:
+            env["MLFLOW_TRACKING_URI"] = self.mlflow_url
+        return env
+
+    def pids(self) -> list[int]:
+        """Every process the stack recorded, in the order they are stopped: workers, the MLflow server, the head,
+        the S3 endpoint."""
+        mlflow = [self.mlflow_pid] if self.mlflow_pid else []
+        return [*self.worker_pids, *mlflow, self.ray_pid, self.s3_pid]
 
 
 def write_state(root: str | os.PathLike[str], state: StackState) -> None:
     """Write ``state`` under ``root``, with the start time of each recorded process as it is now."""
-    pids = (state.ray_pid, state.s3_pid, *state.worker_pids)
-    state.started_at = {str(pid): t for pid in pids if (t := process_started_at(pid)) is not None}
+    state.started_at = {str(pid): t for pid in state.pids() if (t := process_started_at(pid)) is not None}
     (Path(root) / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
 
 
@@ -117,7 +139,7 @@ def stop_from_state(root: str | os.PathLike[str]) -> list[int]:
     if state is None:
         return []
     stopped = []
-    for pid in (*state.worker_pids, state.ray_pid, state.s3_pid):
+    for pid in state.pids():
         if is_recorded_process(state, pid):
             stopped += stop_process_tree(pid)
         elif is_alive(pid):
