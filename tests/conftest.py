@@ -100,11 +100,11 @@ def cluster() -> Iterator:
 
 
 def _stop_and_check_nothing_is_left(local) -> None:
-    """Stop a multi-node stack; its processes (by id) and temp dirs must all be gone."""
+    """Stop a multi-node stack (or one with an MLflow server); its processes (by id) and temp dirs must all be gone."""
     import psutil
 
     assert local.state is not None
-    roots = [local.state.ray_pid, local.state.s3_pid, *local.state.worker_pids]
+    roots = local.state.pids()
     folders = [local.state.ray_temp_dir, *local.state.worker_temp_dirs]
     started: set[int] = set()
     for pid in roots:

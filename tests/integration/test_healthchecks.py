@@ -1,13 +1,15 @@
 """Every ``python -c`` healthcheck of docker/docker-compose.yaml, as compose resolves it, run here: each fails with its
 service absent (its ports free) and passes against the real service, and the ones that read an answer fail on an
-unhealthy one. The compose ports are fixed (52365, 8265, 8080, 8974, 5000) and the local stack's are not, so each
-port in the command is replaced by the live service's; the test checks each replaced port occurs in the command.
+unhealthy one. The compose ports are fixed (52365, 8265, 8080, 8974, 5000 for S3 and for MLflow) and the local
+stack's are not, so each port in the command is replaced by the live service's; the test checks each replaced port
+occurs in the command.
 
 Real services: a Ray head of the module's own (its dashboard agent and dashboard; a worker's check asks the same
 agent endpoint every node serves) and the session stack's moto server; Airflow's scheduler health server (Airflow's
 own ``HealthServer`` handler on the stack's migrated database, with a live scheduler job row, then without one); for
 the API server an HTTP server answering ``/api/v2/monitor/health`` with Airflow's own ``get_airflow_health()`` on that
 database, in Airflow's response model (a real API server costs ~20 s more here and answers from the same function).
+The MLflow check runs against a real MLflow server in tests/integration/test_mlflow.py (the stack that has one).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ PORTS = {
     "airflow-apiserver": (8080,),
     "airflow-scheduler": (8974,),
     "s3": (5000,),
+    "mlflow": (5000,),
 }
 
 

@@ -162,6 +162,7 @@ def test_the_stack_has_every_service_the_issue_names(services):
         "ray-worker-2",
         "s3",
         "s3-init",
+        "mlflow",
     } <= set(services)
     airflow = [s for name, s in services.items() if name.startswith("airflow-")]
     assert all(_environment(s)["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor" for s in airflow)
@@ -189,6 +190,16 @@ def test_the_stack_has_every_service_the_issue_names(services):
         assert "--head" not in services[worker]["command"]
         assert f"--num-cpus={_env_example()['RAY_WORKER_CPUS']}" in services[worker]["command"]
     assert "--port=6379" in services["ray-head"]["command"]
+    # The MLflow server: its store on its own volume, its artifacts on the stack's S3 under mlflow/ (as the local
+    # stack's server), a name the other services reach it by.
+    mlflow = services["mlflow"]
+    assert mlflow["command"][:2] == ["mlflow", "server"]
+    flags = dict(a.split("=", 1) for a in mlflow["command"][2:])
+    assert flags["--host"] == "0.0.0.0" and flags["--port"] == "5000"
+    assert flags["--artifacts-destination"] == f"s3://{_env_example()['S3_BUCKET']}/mlflow"
+    store = flags["--backend-store-uri"]
+    [data] = [v for v in _volumes(mlflow) if v["target"] == "/mlflow"]
+    assert data["type"] == "volume" and store == "sqlite:////mlflow/mlflow.db"
 
 
 def test_every_depends_on_target_exists_and_its_condition_can_be_met(services):
@@ -219,6 +230,7 @@ def test_every_long_running_service_has_a_healthcheck_that_asks_the_service(serv
         "ray-worker-2": ["http://127.0.0.1:52365/api/local_raylet_healthz"],
         "airflow-apiserver": ["http://127.0.0.1:8080/api/v2/monitor/health"],
         "airflow-scheduler": ["http://127.0.0.1:8974/health"],
+        "mlflow": ["http://127.0.0.1:5000/health"],
     }
     for name, urls in expected.items():
         test = services[name]["healthcheck"]["test"]
@@ -235,7 +247,8 @@ def test_images_are_pinned_and_match_the_constraints(services):
     airflow, ray, moto = _constraint("apache-airflow"), _constraint("ray"), _constraint("moto")
     pinned = re.compile(r"^[\w./-]+:(?!latest\b)[\w.-]*\d[\w.-]*$")
     images = {s["image"] for s in services.values() if "image" in s}
-    images |= {ref for dockerfile in ("Dockerfile.airflow", "Dockerfile.ray") for ref in _from_lines(dockerfile)}
+    dockerfiles = ("Dockerfile.airflow", "Dockerfile.ray", "Dockerfile.mlflow")
+    images |= {ref for dockerfile in dockerfiles for ref in _from_lines(dockerfile)}
     for image in images:
         assert pinned.match(image), f"image {image!r} is not pinned to a version"
         assert "latest" not in image
@@ -256,14 +269,24 @@ def test_images_are_pinned_and_match_the_constraints(services):
     # Ray's tag is a build argument (its -aarch64 variant on arm64), by default the Dockerfile's own.
     assert {s["build"]["args"]["RAY_IMAGE_TAG"] for s in ray_nodes} == {f"{ray}-py311-cpu"}
     assert services["s3"]["image"] == f"motoserver/moto:{moto}"
+    # The MLflow image: built from the requirements the local stack's server runs from, tagged with its MLflow.
+    pins = dict(
+        line.split("==", 1) for line in (DOCKER / "requirements-mlflow.txt").read_text().splitlines() if "==" in line
+    )
+    assert services["mlflow"]["image"] == f"airflow-tune/mlflow:{pins['mlflow']}"
+    assert services["mlflow"]["build"]["dockerfile"] == "docker/Dockerfile.mlflow"
+    assert "-r /tmp/airflow-tune/requirements-mlflow.txt" in (DOCKER / "Dockerfile.mlflow").read_text()
+    assert "boto3" in pins, "MLflow's S3 artifact store needs boto3"
 
 
 def test_environment_variable_names_are_ones_the_code_reads(services):
     from airflow.configuration import conf
 
     from airflow_tune.hooks.ray import RayHook
+    from airflow_tune.local.services import mlflow_server_env
 
     ours = "\n".join(p.read_text() for p in [*REPO.glob("dags/**/*.py"), *REPO.glob("airflow_tune/**/*.py")])
+    mlflow_vars = set(mlflow_server_env(Path("/venv/bin/python"), Path("/mlflow"), "http://s3"))
     botocore = "\n".join(p.read_text() for p in Path(__import__("botocore").__file__).parent.glob("*.py"))
     ray_root = Path(__import__("ray").__file__).parent
     for name, service in services.items():
@@ -274,7 +297,7 @@ def test_environment_variable_names_are_ones_the_code_reads(services):
                 options = conf.configuration_description.get(section, {}).get("options", {})
                 assert key in options, f"{name}: Airflow has no option [{section}] {key}"
             elif var.startswith("AIRFLOW_CONN_"):
-                assert var[len("AIRFLOW_CONN_") :].lower() == RayHook.default_conn_name, var
+                assert var[len("AIRFLOW_CONN_") :].lower() in (RayHook.default_conn_name, "mlflow_default"), var
             elif var.startswith("AIRFLOW_TUNE_"):
                 assert f'"{var}"' in ours, f"{name}: nothing in dags/ or airflow_tune/ reads {var}"
             elif var.startswith("AWS_"):
@@ -283,6 +306,9 @@ def test_environment_variable_names_are_ones_the_code_reads(services):
                 assert any(var in p.read_text() for p in ray_root.glob("_common/**/*.py")) or any(
                     var in p.read_text() for p in ray_root.glob("_private/**/*.py")
                 ), f"{name}: Ray does not read {var}"
+            elif var.startswith("MLFLOW_"):
+                # The variables the local stack's MLflow server runs with (tests/integration/test_mlflow.py).
+                assert var in mlflow_vars, f"{name}: the local stack's MLflow server does not run with {var}"
             elif var in POSTGRES_IMAGE_VARS:
                 assert service["image"].startswith("postgres:"), var
             else:
@@ -328,12 +354,12 @@ def test_secrets_reach_only_the_services_that_need_them(services, raw):
         assert not any("auth" in (v.get("source") or "") for v in _volumes(service)), name
 
 
-def test_two_s3_key_pairs_one_per_side(raw):
+def test_one_s3_key_pair_per_side(raw):
     for name, service in raw["services"].items():
         env = _environment(service)
         if "AWS_ACCESS_KEY_ID" not in env:
             continue
-        side = "RAY" if name.startswith("ray-") else "AIRFLOW"
+        side = "RAY" if name.startswith("ray-") else "MLFLOW" if name == "mlflow" else "AIRFLOW"
         assert env["AWS_ACCESS_KEY_ID"].startswith(f"${{S3_{side}_ACCESS_KEY_ID:?"), name
         assert env["AWS_SECRET_ACCESS_KEY"].startswith(f"${{S3_{side}_SECRET_ACCESS_KEY:?"), name
 
@@ -402,6 +428,26 @@ def test_the_ray_connection_parses_with_the_hooks_parser_and_points_at_the_head(
     [raw_value] = {_environment(s)["AIRFLOW_CONN_RAY_DEFAULT"] for n, s in raw["services"].items() if "airflow-" in n}
     assert json.loads(raw_value)["password"].startswith("${RAY_AUTH_TOKEN:?")
     assert raw["secrets"]["ray_auth_token"]["environment"] == "RAY_AUTH_TOKEN"
+
+
+def test_the_mlflow_connection_and_the_server_agree(services, raw):
+    """Airflow's mlflow_default names the server as the MLflow provider reads it (type http, the tracking URI as
+    host); the server answers to that name (its allowed Host headers) and to the host's browser where it is
+    published; its S3 endpoint is everybody's."""
+    from airflow.sdk import Connection
+
+    values = {_environment(s)["AIRFLOW_CONN_MLFLOW_DEFAULT"] for n, s in services.items() if n.startswith("airflow-")}
+    [value] = values
+    conn = Connection.from_json(value, conn_id="mlflow_default")
+    assert (conn.conn_type, conn.host) == ("http", "http://mlflow:5000")
+    command = services["mlflow"]["command"]
+    [allowed] = [a.split("=", 1)[1].split(",") for a in command if a.startswith("--allowed-hosts=")]
+    [port] = services["mlflow"]["ports"]
+    assert (port["host_ip"], port["published"], port["target"]) == ("127.0.0.1", "5000", 5000)
+    assert {"mlflow:5000", f"127.0.0.1:{port['published']}"} <= set(allowed)
+    env = _environment(raw["services"]["mlflow"])
+    assert env["MLFLOW_S3_ENDPOINT_URL"].startswith("${S3_ENDPOINT_URL:?")
+    assert "secrets" not in services["mlflow"], "no Ray token or admin password for the MLflow server"
 
 
 def test_both_sides_reach_the_same_s3_and_the_example_dags_are_mounted(services, raw):

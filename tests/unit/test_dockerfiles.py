@@ -28,12 +28,13 @@ class RuntimeUser:
 
 #: Each base image's runtime user. Ray's image: user ``ray`` (uid 1000, gid 100), conda in /home/ray/anaconda3.
 #: Airflow's official image: user ``airflow`` (uid 50000, gid 0), AIRFLOW_HOME /opt/airflow, pip installs into
-#: /home/airflow/.local.
+#: /home/airflow/.local. Python's official image runs as root (the mlflow image adds a user of its own).
+ROOT = RuntimeUser("root", 0, 0, ("/",))
 BASE_USERS = {
     "rayproject/ray": RuntimeUser("ray", 1000, 100, ("/home/ray", "/tmp")),
     "apache/airflow": RuntimeUser("airflow", 50000, 0, ("/home/airflow", "/opt/airflow", "/tmp")),
+    "python": ROOT,
 }
-ROOT = RuntimeUser("root", 0, 0, ("/",))
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
@@ -60,6 +61,8 @@ class Walk:
     args: dict[str, str] = field(default_factory=dict)
     #: Paths left in the image by COPY/ADD, with their owner's name.
     copied: dict[str, str] = field(default_factory=dict)
+    #: Users a step created (``useradd``), by name: a later USER may switch to one.
+    created: dict[str, RuntimeUser] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def under(self, path: str, roots: tuple[str, ...]) -> bool:
@@ -121,6 +124,11 @@ def _run(walk: Walk, step: int, rest: str) -> None:
         tool, targets = words[0], [w for w in words[1:] if w.startswith("/")]
         if tool in ("apt-get", "apt", "apk", "yum", "dnf", "useradd", "usermod") and walk.user.uid != 0:
             walk.problems.append(f"step {step}: {tool} as {walk.user.name} (needs USER root)")
+        if tool == "useradd" and walk.user.uid == 0:
+            options = dict(zip(words[1:-1:2], words[2:-1:2], strict=False))
+            home = options.get("--home-dir", f"/home/{words[-1]}")
+            uid, gid = int(options.get("--uid", "1000")), int(options.get("--gid", "100"))
+            walk.created[words[-1]] = RuntimeUser(words[-1], uid, gid, (home, "/tmp"))
         if tool in ("chown", "chgrp") and walk.user.uid != 0:
             walk.problems.append(f"step {step}: {tool} as {walk.user.name} (only root may give files away)")
         if tool in ("rm", "mkdir", "touch", "chmod", "mv"):
@@ -153,7 +161,8 @@ def walk_dockerfile(text: str) -> Walk:
             walk.user, walk.copied = _users_base(image), {}
         elif word == "USER":
             name = rest.split(":")[0]
-            walk.user = ROOT if name in ("root", "0") else next(u for u in BASE_USERS.values() if u.name == name)
+            known = {**{u.name: u for u in BASE_USERS.values()}, **walk.created}
+            walk.user = ROOT if name in ("root", "0") else known[name]
         elif word in ("COPY", "ADD"):
             _copy(walk, step, rest)
         elif word == "RUN":
@@ -161,7 +170,7 @@ def walk_dockerfile(text: str) -> Walk:
     return walk
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.ray", "Dockerfile.airflow"])
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.ray", "Dockerfile.airflow", "Dockerfile.mlflow"])
 def test_every_step_is_one_the_images_user_can_do(dockerfile):
     walk = walk_dockerfile((DOCKER / dockerfile).read_text())
     assert walk.problems == []
@@ -194,6 +203,12 @@ RUN pip install --no-cache-dir -c /tmp/airflow-tune/constraints.txt -r /tmp/airf
         ("FROM rayproject/ray:2.60.0-py311-cpu\nRUN apt-get update\n", "apt-get as ray (needs USER root)"),
         ("FROM apache/airflow:slim-3.3.2-python3.11\nRUN chown -R airflow /opt\n", "chown as airflow"),
         ("FROM apache/airflow:slim-3.3.2-python3.11\nRUN mkdir -p /srv/x\n", "airflow cannot mkdir /srv/x"),
+        # A user the image creates owns its home only.
+        (
+            "FROM python:3.11.13-slim-bookworm\nRUN useradd --uid 1000 --gid 0 --home-dir /srv/m m\nUSER m\n"
+            "RUN mkdir -p /srv/m/a && mkdir -p /opt/x\n",
+            "m cannot mkdir /opt/x",
+        ),
         (
             "FROM apache/airflow:slim-3.3.2-python3.11\nCOPY . /opt/p\nRUN pip install /opt/p && pip check\n",
             "pip builds /opt/p in place; airflow cannot write it",
@@ -224,8 +239,18 @@ RUN rm -rf /home/ray/a.txt && pip install x && pip check
 
 def test_the_build_context_keeps_out_virtualenvs_state_git_and_caches():
     ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()}
-    for pattern in ("**/.venv", "**/.cluster-venv", ".compat", ".stack", ".git", "**/__pycache__", "docker/.env"):
+    for pattern in (
+        "**/.venv",
+        "**/.cluster-venv",
+        "**/.mlflow-venv",
+        ".compat",
+        ".stack",
+        ".git",
+        "**/__pycache__",
+        "docker/.env",
+    ):
         assert pattern in ignored, pattern
     # What the Dockerfiles read from the context is not ignored.
-    for needed in ("constraints.txt", "pyproject.toml", "README.md", "airflow_tune", "docker/requirements-ray.txt"):
+    needed_files = ("constraints.txt", "pyproject.toml", "README.md", "airflow_tune", "docker/requirements-ray.txt")
+    for needed in (*needed_files, "docker/requirements-mlflow.txt"):
         assert needed not in ignored and (REPO / needed).exists(), needed

@@ -1,0 +1,168 @@
+"""The local stack's MLflow tracking server (issue 24): a real ``mlflow server`` from its own virtualenv, its store in
+the stack's folder and its artifacts on the stack's S3 endpoint; Tune's MLflow logger, named in the spec, logs each
+trial there from the cluster virtualenv's driver; and the server is stopped by its process id with the stack, also
+when the stack's owner is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_tune.local import LocalStack, load_state
+from airflow_tune.local.stack import stop_process_tree
+from tests.conftest import TEST_ROOT, _environment, _stop_and_check_nothing_is_left
+from tests.support import engine_jobs as jobs
+from tests.support.cluster_venv import cluster_python
+from tests.support.mlflow_server import MlflowRest, mlflow_python, params, tags
+from tests.support.processes import alive, tree
+
+
+@pytest.fixture(scope="module")
+def tracked() -> Iterator:
+    """A Ray head run by the cluster virtualenv (it holds the MLflow client Tune's logger imports, as the Ray image
+    does), the S3 endpoint and an MLflow server; stopped, and checked that nothing of it is left, even when tests
+    fail."""
+    local = LocalStack(
+        Path(tempfile.mkdtemp(prefix="mlflow-", dir=TEST_ROOT)),
+        num_cpus=2,
+        cluster_python=cluster_python(),
+        mlflow_python=mlflow_python(),
+        airflow=False,
+        airflow_home=os.environ["AIRFLOW_HOME"],
+    )
+    state = local.start()
+    try:
+        with _environment(state.env()):
+            yield state
+    finally:
+        _stop_and_check_nothing_is_left(local)
+
+
+def test_tunes_mlflow_logger_named_in_the_spec_logs_one_run_per_trial_with_config_and_metric_history(tracked):
+    state = tracked
+    name = jobs.unique_name("mlflow")
+    experiment = f"airflow-tune-{name}"
+    spec = jobs.base_spec(
+        state,
+        name,
+        "tune_testkit.functions:quadratic",
+        param_space={"x": {"grid_search": [1, 3]}, "steps": 3},
+        callbacks=[{"name": "mlflow", "args": {"tracking_uri": state.mlflow_url, "experiment_name": experiment}}],
+    )
+    _, manifest = jobs.run_ok(state, spec)
+    rest = MlflowRest(state.mlflow_url)
+    found = rest.get("experiments/get-by-name", experiment_name=experiment)["experiment"]
+    # Artifacts go through the server's proxy to its destination on S3, not to a path on the driver's node.
+    assert found["artifact_location"].startswith("mlflow-artifacts:")
+    runs = rest.runs(found["experiment_id"])
+    assert len(runs) == len(manifest["trials"]) == 2, [tags(r).get("trial_name") for r in runs]
+    for trial in manifest["trials"]:
+        [run] = [r for r in runs if tags(r)["trial_name"].endswith(trial["trial_id"])]
+        assert run["info"]["status"] == "FINISHED"
+        x = trial["config"]["x"]
+        assert params(run) == {"x": str(x), "steps": "3"}
+        history = sorted(rest.history(run["info"]["run_id"], "loss"), key=lambda m: m["step"])
+        # One point per reported result, at its training_iteration.
+        assert [m["step"] for m in history] == [1, 2, 3]
+        assert [m["value"] for m in history] == pytest.approx([(x - 3) ** 2 + 1.0 / (s + 1) for s in range(3)])
+        assert history[-1]["value"] == pytest.approx(trial["metrics"]["loss"])
+
+
+def test_the_compose_healthcheck_passes_on_the_real_server_and_fails_on_a_wrong_answer(tracked, tmp_path):
+    """docker/docker-compose.yaml's check of its mlflow service, as compose resolves it, against this stack's server
+    (its port put in for 5000); something else answering there is not a healthy server."""
+    from tests.integration.test_healthchecks import http_server, run_check
+    from tests.unit.test_compose import ENV_EXAMPLE, compose_config
+
+    env = tmp_path / "env"
+    shutil.copy(ENV_EXAMPLE, env)
+    test = compose_config(env)["services"]["mlflow"]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    done = run_check(test[3], {5000: tracked.mlflow_port})
+    assert done.returncode == 0, done.stderr
+    with http_server(lambda path: (200, b"{}")) as port:
+        assert run_check(test[3], {5000: port}).returncode != 0
+
+
+def test_the_server_stores_in_the_stacks_folder_and_s3_and_stops_with_the_stack(tmp_path):
+    import boto3
+
+    root = tmp_path / "s"
+    local = LocalStack(root, airflow=False, mlflow_python=mlflow_python())
+    started: set[int] = set()
+    try:
+        state = local.start()
+        assert state.mlflow_pid is not None and state.mlflow_url is not None
+        started = tree(state.mlflow_pid)
+        assert len(started) >= 2, "mlflow server runs its uvicorn worker as a child"
+        recorded = load_state(root)
+        assert recorded is not None and recorded.mlflow_pid == state.mlflow_pid
+        assert str(state.mlflow_pid) in recorded.started_at
+        rest = MlflowRest(state.mlflow_url)
+        experiment_id = rest.post("experiments/create", {"name": "probe"})["experiment_id"]
+        run = rest.post("runs/create", {"experiment_id": experiment_id})["run"]
+        # mlflow-artifacts:/<experiment>/<run>/artifacts, proxied to s3://<bucket>/mlflow/<experiment>/<run>/...
+        scheme, _, path = run["info"]["artifact_uri"].partition(":")
+        assert scheme == "mlflow-artifacts"
+        rest.put_artifact(f"{path.lstrip('/')}/hello.txt", b"hello")
+        env = state.s3_env()
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=state.s3_endpoint,
+            region_name=env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+        key = f"{state.mlflow_artifacts_uri.split('/', 3)[3]}/{path.lstrip('/')}/hello.txt"
+        assert s3.get_object(Bucket=state.bucket, Key=key)["Body"].read() == b"hello"
+        assert (root / "mlflow" / "mlflow.db").is_file()
+    finally:
+        stopped = local.stop()
+    assert started and started <= set(stopped)
+    assert alive(started) == set()
+    assert not (root / LocalStack.STATE_FILE).exists()
+
+
+def test_the_server_stops_when_the_stacks_owner_is_killed(tmp_path):
+    """``mlflow server`` runs uvicorn as a child; the stack's reaper stops both when the owner dies by SIGKILL."""
+    script = (
+        "import json, sys, time\n"
+        "from airflow_tune.local import LocalStack\n"
+        f"state = LocalStack({str(tmp_path / 's')!r}, airflow=False, mlflow_python={str(mlflow_python())!r}).start()\n"
+        "print(json.dumps([state.mlflow_pid, state.ray_pid, state.s3_pid, state.ray_temp_dir]), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    started: set[int] = set()
+    server: set[int] = set()
+    ray_temp_dir = None
+    try:
+        assert owner.stdout is not None
+        mlflow_pid, ray_pid, s3_pid, ray_temp_dir = json.loads(owner.stdout.readline())
+        server = tree(mlflow_pid)
+        started = server | tree(ray_pid) | tree(s3_pid)
+        assert len(server) >= 2
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while alive(started) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert alive(server) == set(), "the MLflow server or its worker outlived the stack's owner"
+        assert alive(started) == set()
+    finally:
+        for pid in alive(started):
+            stop_process_tree(pid, grace=2)
+        if owner.poll() is None:
+            owner.kill()
+        if ray_temp_dir:
+            shutil.rmtree(ray_temp_dir, ignore_errors=True)
