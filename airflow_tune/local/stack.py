@@ -169,8 +169,9 @@ class LocalStack:
         ray_temp_dir = tempfile.mkdtemp(prefix="aft-ray-")
         airflow_home = self.airflow_home
         try:
-            # The reaper also stops the MLflow server's workers: `mlflow server` runs them as children that would
-            # outlive it when it alone is told of its owner's death.
+            # The reaper also watches the MLflow server's tree: `mlflow server` runs uvicorn as a child, and only the
+            # CLI is told of its owner's death. MLflow 3.17 forwards that SIGTERM to it; the reaper stops the tree
+            # (SIGKILL after 10 s) whatever a release or a stuck worker does.
             if (self.workers or self.mlflow_python) and not self.outlive_owner:
                 self._processes.start_reaper()
             self._processes.tell_reaper(f"dir {ray_temp_dir}")

@@ -94,20 +94,33 @@ def test_the_compose_healthcheck_passes_on_the_real_server_and_fails_on_a_wrong_
         assert run_check(test[3], {5000: port}).returncode != 0
 
 
-def test_the_server_stores_in_the_stacks_folder_and_s3_and_stops_with_the_stack(tmp_path):
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_tune.local", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_up_serves_mlflow_with_its_store_in_the_stack_and_artifacts_on_s3_and_down_stops_it(tmp_path):
+    """The CLI's path (``make up``): ``up --mlflow-python`` starts the server, ``env`` points clients and Airflow at it,
+    and ``down`` stops it by the pid the state file recorded, its uvicorn worker with it. (``LocalStack.stop`` is
+    checked the same way when the module's stack stops.)"""
     import boto3
 
     root = tmp_path / "s"
-    local = LocalStack(root, airflow=False, mlflow_python=mlflow_python())
+    up = _cli("up", "--root", str(root), "--mlflow-python", str(mlflow_python()))
     started: set[int] = set()
     try:
-        state = local.start()
-        assert state.mlflow_pid is not None and state.mlflow_url is not None
+        assert up.returncode == 0, up.stderr
+        state = load_state(root)
+        assert state is not None and state.mlflow_pid is not None and state.mlflow_url is not None
+        assert f"MLflow:        {state.mlflow_url}" in up.stdout
+        assert str(state.mlflow_pid) in state.started_at
         started = tree(state.mlflow_pid)
         assert len(started) >= 2, "mlflow server runs its uvicorn worker as a child"
-        recorded = load_state(root)
-        assert recorded is not None and recorded.mlflow_pid == state.mlflow_pid
-        assert str(state.mlflow_pid) in recorded.started_at
+        env = _cli("env", "--root", str(root)).stdout
+        assert f"export MLFLOW_TRACKING_URI={state.mlflow_url}\n" in env
+        assert "AIRFLOW_CONN_MLFLOW_DEFAULT=" in env
+        assert f"(pid {state.mlflow_pid})" in _cli("status", "--root", str(root)).stdout
         rest = MlflowRest(state.mlflow_url)
         experiment_id = rest.post("experiments/create", {"name": "probe"})["experiment_id"]
         run = rest.post("runs/create", {"experiment_id": experiment_id})["run"]
@@ -115,26 +128,29 @@ def test_the_server_stores_in_the_stacks_folder_and_s3_and_stops_with_the_stack(
         scheme, _, path = run["info"]["artifact_uri"].partition(":")
         assert scheme == "mlflow-artifacts"
         rest.put_artifact(f"{path.lstrip('/')}/hello.txt", b"hello")
-        env = state.s3_env()
+        keys = state.s3_env()
         s3 = boto3.client(
             "s3",
             endpoint_url=state.s3_endpoint,
-            region_name=env["AWS_DEFAULT_REGION"],
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            region_name=keys["AWS_DEFAULT_REGION"],
+            aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
         )
         key = f"{state.mlflow_artifacts_uri.split('/', 3)[3]}/{path.lstrip('/')}/hello.txt"
         assert s3.get_object(Bucket=state.bucket, Key=key)["Body"].read() == b"hello"
         assert (root / "mlflow" / "mlflow.db").is_file()
     finally:
-        stopped = local.stop()
-    assert started and started <= set(stopped)
-    assert alive(started) == set()
+        down = _cli("down", "--root", str(root))
+        for pid in alive(started):  # only if down failed: never leave the server running
+            stop_process_tree(pid, grace=2)
+    assert down.returncode == 0, down.stderr
+    assert started and alive(started) == set()
     assert not (root / LocalStack.STATE_FILE).exists()
 
 
 def test_the_server_stops_when_the_stacks_owner_is_killed(tmp_path):
-    """``mlflow server`` runs uvicorn as a child; the stack's reaper stops both when the owner dies by SIGKILL."""
+    """``mlflow server`` runs uvicorn as a child: both stop when the stack's owner dies by SIGKILL (the CLI is told by
+    the kernel and forwards it to uvicorn; the stack's reaper stops whatever of the tree is left)."""
     script = (
         "import json, sys, time\n"
         "from airflow_tune.local import LocalStack\n"
