@@ -23,8 +23,8 @@ $(CLUSTER_STAMP): docker/requirements-ray.txt constraints.txt
 	touch $(CLUSTER_STAMP)
 
 # The local stack's MLflow tracking server runs from a virtualenv of its own (the server's pins are not Airflow's),
-# installed with uv from docker/requirements-mlflow.txt (the mlflow image's too), bytecode compiled at install so
-# the server's first start does not compile MLflow.
+# installed with uv from docker/requirements-mlflow.txt (the mlflow image's too). Not --compile-bytecode: that
+# compiles all of pandas, scipy and scikit-learn too (a minute); the server's first start compiles what it imports.
 MLFLOW_VENV ?= .mlflow-venv
 MLFLOW_STAMP := $(MLFLOW_VENV)/.installed
 MLFLOW_ENV := AIRFLOW_TUNE_MLFLOW_PYTHON=$(abspath $(MLFLOW_VENV))/bin/python
@@ -34,7 +34,7 @@ mlflow-venv: $(MLFLOW_STAMP)
 $(MLFLOW_STAMP): docker/requirements-mlflow.txt | $(STAMP)
 	rm -rf $(MLFLOW_VENV)
 	$(UV) venv -q --no-python-downloads --python $(PYTHON) $(MLFLOW_VENV)
-	$(UV) pip install -q --compile-bytecode --python $(MLFLOW_VENV)/bin/python -r docker/requirements-mlflow.txt
+	$(UV) pip install -q --python $(MLFLOW_VENV)/bin/python -r docker/requirements-mlflow.txt
 	touch $@
 
 # The compatibility tier's own environments (tests/compat), installed from the registries with uv (a Ray cluster

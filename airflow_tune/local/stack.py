@@ -53,7 +53,8 @@ from airflow_tune.local.state import (
 )
 
 #: Seconds the MLflow server may take to answer: it imports MLflow twice (the CLI, then its uvicorn worker) and
-#: creates its database's tables, which took 88 s on this project's 2-core machine under a full test run.
+#: creates its database's tables: 24 to 32 s on this project's 2-core machine beside another test run, 88 s inside a
+#: full test run.
 MLFLOW_START_TIMEOUT = 240.0
 
 # The names this module has always offered, wherever they live now.
