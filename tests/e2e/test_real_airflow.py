@@ -401,3 +401,50 @@ def test_experiment_view_in_a_real_browser(airflow: RealAirflow, api: ApiClient,
         finally:
             chromium.close()
     print(f"browser check took {time.monotonic() - started:.1f}s")
+
+
+def _compose_jobs_checks(tmp_path: Path) -> dict[str, str]:
+    """The ``CMD-SHELL`` healthchecks docker/ gives Airflow's dag processor and triggerer, as compose resolves them."""
+    import shutil
+
+    from tests.unit.test_compose import ENV_EXAMPLE, compose_config
+
+    env = tmp_path / "env"
+    shutil.copy(ENV_EXAMPLE, env)
+    services = compose_config(env)["services"]
+    checks = {}
+    for name in ("airflow-dag-processor", "airflow-triggerer"):
+        kind, command = services[name]["healthcheck"]["test"]
+        assert kind == "CMD-SHELL" and command.startswith("airflow jobs check "), (name, kind, command)
+        # compose's config output keeps "$$" escaped; the container's shell gets "$" (compose un-escapes it there).
+        checks[name] = command.replace("$$", "$")
+    return checks
+
+
+def test_the_compose_jobs_checks_pass_on_live_components_and_fail_without_them(
+    airflow: RealAirflow, tmp_path: Path
+) -> None:
+    """docker/'s dag-processor and triggerer healthchecks, run by a shell as compose runs them, against this module's
+    real Airflow: they pass on the host whose components run (Airflow records each job's host by its
+    ``hostname_callable``, which in a compose container is its $HOSTNAME) and fail for a host where none runs."""
+    import subprocess
+
+    from airflow.utils.net import get_hostname
+
+    checks = _compose_jobs_checks(tmp_path)
+    for name, command in checks.items():
+        for hostname, ok in ((get_hostname(), True), ("no-such-component-host", False)):
+            done = subprocess.run(
+                ["sh", "-c", command],
+                env={**airflow.env, "HOSTNAME": hostname, "PATH": f"{Path(airflow.airflow).parent}:/usr/bin:/bin"},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert (done.returncode == 0) is ok, (
+                name,
+                hostname,
+                done.returncode,
+                done.stdout[-2000:],
+                done.stderr[-2000:],
+            )

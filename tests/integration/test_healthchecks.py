@@ -56,7 +56,8 @@ def checks(tmp_path_factory) -> dict[str, str]:
             found[name] = test[3]
         elif test:
             other[name] = test[:2]
-    # The rest use the images' own tools (postgres's pg_isready, Airflow's jobs check): not runnable here.
+    # The rest use the images' own tools: postgres's pg_isready (not run here), and Airflow's jobs check, which
+    # tests/e2e/test_real_airflow.py runs against real Airflow components.
     assert other == {
         "postgres": ["CMD", "pg_isready"],
         "airflow-dag-processor": [
