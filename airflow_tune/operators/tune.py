@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +17,7 @@ from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.operators.tune_spec import SPEC_FIELDS, TuneSpecBuilder, engine_package_dir
+from airflow_tune.operators.tune_wait import JobWaiting
 from airflow_tune.spec import ExperimentSpec
 
 if TYPE_CHECKING:
@@ -28,7 +27,7 @@ __all__ = ["RESULT_KEYS", "RayTuneOperator", "engine_package_dir"]
 STATE_JOB_ID = "ray_job_id"
 
 
-class RayTuneOperator(BaseOperator, TuneSpecBuilder):
+class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     """Run a Ray Tune hyperparameter search on a Ray cluster and return the best trial through XCom.
 
     The experiment runs as a Ray job whose driver (``python -m airflow_tune.engine``, shipped with the job) builds
@@ -340,46 +339,6 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder):
             store.set(STATE_JOB_ID, job_id)
         except Exception as exc:  # the job metadata still identifies the experiment's jobs
             self.log.warning("Could not keep the job id in task_state_store: %s", exc)
-
-    # -- waiting ------------------------------------------------------------------------------------------------
-    def _trigger(self, context: Context, spec: ExperimentSpec, job_id: str) -> Any:
-        from airflow_tune.triggers.tune import RayTuneTrigger
-
-        return RayTuneTrigger(
-            job_id=job_id,
-            ray_conn_id=self.ray_conn_id,
-            poll_interval=self.poll_interval,
-            deadline=self._deadline(context),
-            experiment_uri=spec.experiment_uri,
-            log_interval=spec.progress_interval_s,
-            max_unreachable_s=self.max_unreachable_s,
-            pending_timeout_s=self.pending_timeout_s,
-        )
-
-    def _deadline(self, context: Context) -> float | None:
-        if not self.execution_timeout:
-            return None
-        start = getattr(context["ti"], "start_date", None)
-        started = start.timestamp() if start is not None else time.time()
-        timeout = self.execution_timeout
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-        return started + seconds
-
-    def wait_blocking(self, job_id: str, experiment_uri: str, log_interval: float = 10.0) -> str:
-        """Wait in the worker until the job ends (see :func:`~airflow_tune.reconcile.wait_for_job`).
-
-        :param log_interval: read ``progress.json`` at most this often (and once more at the end).
-        """
-        return reconcile.wait_for_job(
-            self.hook,
-            job_id,
-            experiment_uri,
-            poll_interval=self.poll_interval,
-            max_unreachable_s=self.max_unreachable_s,
-            pending_timeout_s=self.pending_timeout_s,
-            log_interval=log_interval,
-            log=self.log,
-        )
 
     # -- results ------------------------------------------------------------------------------------------------
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:
