@@ -93,7 +93,7 @@ $(COMPAT_SIDE_RAY_STAMP): pyproject.toml constraints.txt | $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check --upgrade "pip>=24"
-	$(PIP) install -q --disable-pip-version-check -c constraints.txt -e ".[ray,test,lint,examples,optuna,hyperopt,bayesopt,local,openlineage]"
+	$(PIP) install -q --disable-pip-version-check -c constraints.txt -e ".[ray,test,lint,examples,optuna,hyperopt,bayesopt,local,openlineage,mlflow]"
 	rm -rf airflow_tune.egg-info
 	touch $(STAMP)
 

@@ -31,3 +31,8 @@ class ExperimentConflictError(AirflowTuneException):
 
 class ExperimentStorageError(AirflowTuneException):
     """The experiment's storage (S3 or another filesystem) could not be read or written."""
+
+
+class MLflowError(AirflowTuneException):
+    """The MLflow tracking server or its Model Registry could not be reached, refused a request, or answered what
+    airflow-tune cannot use."""

@@ -79,6 +79,11 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     :param warm_start: seed the search with a known good config, tried first: a model registry URI (its champion's
         config, see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`) or a config dict (an XCom).
         Only the keys the search space samples are used, nested ones too; those it lacks are sampled.
+    :param mlflow_tracking: log each trial as an MLflow run under one parent run per experiment: ``True``, or
+        ``{"experiment_name": "digits", "tags": {"team": "ml"}}`` (default experiment name: the experiment's). Data,
+        so it may be templated. The server is ``mlflow_conn_id``'s.
+    :param mlflow_conn_id: the connection of the MLflow tracking server, for ``mlflow_tracking`` and a
+        ``models:/<name>`` ``warm_start``; looked up only when one of them is used.
     :param ray_conn_id: the ``ray`` connection to the cluster's dashboard.
     :param aws_conn_id: an Amazon connection to read the warm-start registry with (needs
         ``apache-airflow-providers-amazon``); by default boto3's own credential chain.
@@ -100,7 +105,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     """
 
     # working_dir, py_modules, pip and runtime_env choose the code the cluster runs: never rendered.
-    template_fields: Sequence[str] = (*SPEC_FIELDS, "experiment_name", "warm_start")
+    template_fields: Sequence[str] = (*SPEC_FIELDS, "experiment_name", "warm_start", "mlflow_tracking")
     template_fields_renderers = {
         "param_space": "json",
         "stop": "json",
@@ -112,6 +117,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         "checkpoint": "json",
         "failure": "json",
         "trainable_kwargs": "json",
+        "mlflow_tracking": "json",
     }
     operator_extra_links = (RayJobLink(),)
     ui_color = "#d6ecfa"
@@ -143,6 +149,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         infeasible_wait_s: float = 0.0,
         experiment_name: str | None = None,
         warm_start: str | dict[str, Any] | None = None,
+        mlflow_tracking: bool | dict[str, Any] | str | None = None,
+        mlflow_conn_id: str = "mlflow_default",
         ray_conn_id: str = RayHook.default_conn_name,
         aws_conn_id: str | None = None,
         working_dir: str | None = None,
@@ -197,6 +205,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         self.infeasible_wait_s = infeasible_wait_s
         self.experiment_name = experiment_name
         self.warm_start = warm_start
+        self.mlflow_tracking = mlflow_tracking
+        self.mlflow_conn_id = mlflow_conn_id
         self.ray_conn_id = ray_conn_id
         self.aws_conn_id = aws_conn_id
         self.working_dir = working_dir

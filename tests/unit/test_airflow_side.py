@@ -408,14 +408,14 @@ def test_a_sensor_reads_only_experiments_of_its_own_dag():
 # -- import hygiene -----------------------------------------------------------------------------------------------
 
 
-def test_importing_the_airflow_side_loads_no_ray_boto3_botocore_or_pyarrow(tmp_path):
+def test_importing_the_airflow_side_loads_no_ray_boto3_botocore_pyarrow_or_mlflow(tmp_path):
     code = (
         "import sys, json\n"
         "import airflow_tune.hooks.ray, airflow_tune.operators.tune, airflow_tune.sensors.tune\n"
         "import airflow_tune.triggers.tune, airflow_tune.links.ray\n"
         "import airflow_tune.hooks, airflow_tune.operators, airflow_tune.sensors, airflow_tune.triggers\n"
-        "import airflow_tune.links\n"
-        "heavy = {'ray', 'boto3', 'botocore', 'pyarrow'}\n"
+        "import airflow_tune.links, airflow_tune.hooks.mlflow\n"
+        "heavy = {'ray', 'boto3', 'botocore', 'pyarrow', 'mlflow'}\n"
         "print(json.dumps(sorted({m for m in sys.modules if m.split('.')[0] in heavy})))\n"
     )
     env = {
