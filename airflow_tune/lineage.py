@@ -49,8 +49,33 @@ def _unique(uris: Iterable[Any]) -> list[Name]:
     return names
 
 
+def named_dataset_uris(value: Any) -> list[str]:
+    """The storage URIs (``s3://``, ``gs://``, ``file://``) among the strings of ``value``, nested ones too, in order:
+    the datasets a spec names for its trainable (e.g. ``trainable_kwargs={"data": "s3://bucket/train.parquet"}``).
+    A plain path is not taken: it may name anything on the cluster's nodes."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            scheme = node.partition("://")[0].lower() if "://" in node else ""
+            if (scheme in _BUCKET_SCHEMES or scheme == "file") and dataset_name(node) is not None:
+                found.append(node)
+        elif isinstance(node, Mapping):
+            for item in node.values():
+                walk(item)
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                walk(item)
+
+    walk(value)
+    return found
+
+
 def tune_dataset_names(
-    result: Mapping[str, Any] | None, warm_start: Any, experiment_uri: str | None = None
+    result: Mapping[str, Any] | None,
+    warm_start: Any,
+    experiment_uri: str | None = None,
+    named: Iterable[str] = (),
 ) -> tuple[list[Name], list[Name]]:
     """What a tune task read and wrote: ``(inputs, outputs)``.
 
@@ -58,9 +83,12 @@ def tune_dataset_names(
     :param warm_start: the rendered ``warm_start``: a registry URI is an input (the champion's config seeds the
         search); a config dict (an XCom) is not a dataset.
     :param experiment_uri: the experiment folder, when a job ran on it but no result came back (a failed task).
-    :return: inputs (the warm-start registry) and outputs (the experiment folder, the best checkpoint).
+    :param named: the dataset URIs the spec names (:func:`named_dataset_uris` of its ``trainable_kwargs``): inputs.
+    :return: inputs (the warm-start registry, the named datasets) and outputs (the experiment folder, the best
+        checkpoint).
     """
-    inputs = _unique([warm_start] if isinstance(warm_start, str) and "://" in warm_start else [])
+    warm = [warm_start] if isinstance(warm_start, str) and "://" in warm_start else []
+    inputs = _unique([*warm, *named])
     if isinstance(result, Mapping):
         outputs = _unique([result.get("experiment_uri"), result.get("best_checkpoint_uri")])
     else:

@@ -372,11 +372,13 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         return out
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage (called by its provider's listener): the warm-start registry read; the experiment folder and
-        the best checkpoint written (only the folder when the task failed after a job ran). Never raises."""
+        """OpenLineage (called by its provider's listener): the warm-start registry and the datasets the trainable's
+        keyword arguments name (``s3://``, ``gs://``, ``file://`` URIs) read; the experiment folder and the best
+        checkpoint written (only the folder when the task failed after a job ran). Never raises."""
         from airflow_tune import lineage
 
         ran_on = self.spec.experiment_uri if self.spec is not None and self.job_id else None
+        named = lineage.named_dataset_uris(self.spec.trainable_kwargs) if self.spec is not None else []
         return lineage.operator_lineage(
-            lambda: lineage.tune_dataset_names(self.returned, self.warm_start, ran_on), self.log
+            lambda: lineage.tune_dataset_names(self.returned, self.warm_start, ran_on, named), self.log
         )

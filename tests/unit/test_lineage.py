@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.lineage import dataset_name, promote_dataset_names, tune_dataset_names
+from airflow_tune.lineage import dataset_name, named_dataset_uris, promote_dataset_names, tune_dataset_names
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
+from airflow_tune.spec import ExperimentSpec
 
 EXP = "s3://ml-bucket/experiments/retrain__tune__run1"
 CKPT = f"{EXP}/trial_0001/checkpoint_000002"
@@ -98,6 +99,29 @@ def test_tune_without_a_result_reports_the_folder_a_job_ran_on_or_nothing() -> N
     assert tune_dataset_names(None, None, None) == ([], [])
 
 
+def test_the_datasets_a_spec_names_for_its_trainable_are_inputs() -> None:
+    kwargs = {
+        "train": "s3://data/digits/train.parquet",
+        "extra": {"eval": ["gs://other/eval.csv", "file:///srv/holdout.npz"], "label": "digits"},
+        # A plain path may name anything on the cluster's nodes; other schemes have no naming here.
+        "cache": "/tmp/cache",
+        "site": "https://example.com/data.csv",
+        "steps": 3,
+    }
+    assert named_dataset_uris(kwargs) == [
+        "s3://data/digits/train.parquet",
+        "gs://other/eval.csv",
+        "file:///srv/holdout.npz",
+    ]
+    inputs, _ = tune_dataset_names(_result(), REGISTRY, named=named_dataset_uris(kwargs))
+    assert inputs == [
+        ("s3://ml-bucket", "models/digits"),
+        ("s3://data", "digits/train.parquet"),
+        ("gs://other", "eval.csv"),
+        ("file", "/srv/holdout.npz"),
+    ]
+
+
 def test_promote_reads_the_checkpoint_and_writes_the_version_and_registry_only_when_promoted() -> None:
     decision = {"promoted": True, "version": "20260101T000000Z-trial_0001", "uri": "s3://..."}
     inputs, outputs = promote_dataset_names(decision, CKPT, REGISTRY + "/")
@@ -130,10 +154,22 @@ def test_tune_operator_reports_the_result_it_returned() -> None:
     )
     op.__dict__["hook"] = SimpleNamespace(job_url=lambda job_id: f"http://ray/#/jobs/{job_id}")
     op.warm_start = REGISTRY  # as rendered
+    # The spec as execute() built it: its trainable's keyword arguments name a dataset it reads.
+    op.spec = ExperimentSpec.from_dict(
+        {
+            "trainable": "p.m:f",
+            "name": "retrain__tune__run1",
+            "storage_path": "s3://ml-bucket/experiments",
+            "metric": "loss",
+            "mode": "min",
+            "trainable_kwargs": {"data": "s3://data/digits/train.parquet"},
+        }
+    )
     # Nothing returned yet (the task failed before a job ran): no output, and no exception.
     before = op.get_openlineage_facets_on_complete(None)
     assert isinstance(before, OperatorLineage)
-    assert _names(before.inputs) == [("s3://ml-bucket", "models/digits")] and before.outputs == []
+    assert _names(before.inputs) == [("s3://ml-bucket", "models/digits"), ("s3://data", "digits/train.parquet")]
+    assert before.outputs == []
     # _xcom_result is the one place both execute() and execute_complete() (the deferred path) return through.
     returned = op._xcom_result(_result(), "j1")
     lineage = op.get_openlineage_facets_on_complete(None)
