@@ -30,6 +30,7 @@ from airflow_tune.hooks.transport import (
     quote_id,
     retrying,
     status_error,
+    submit_retrying,
     translate_error,
 )
 
@@ -233,6 +234,9 @@ class RayHook(BaseHook):
         :param same_ray_version: first refuse a cluster whose Ray version is outside the supported range
             (:meth:`check_ray_version`), so a mismatch fails before anything is submitted.
 
+        A submission Ray handed to no job agent (none had registered yet, as on a head that just started) is sent
+        again a few times; any other failure is raised, since the job may have started.
+
         Local ``py_modules``/``working_dir`` paths are uploaded first (see :func:`ship_local_code`).
         """
         endpoint = self.endpoint
@@ -240,14 +244,21 @@ class RayHook(BaseHook):
             self.check_ray_version()
         env = self.ship_local_code(merge_runtime_env(endpoint.runtime_env, runtime_env))
         self.log.info("Submitting Ray job %s to %s", submission_id, endpoint.url)
-        return self.get_conn().submit_job(
-            entrypoint=entrypoint,
-            submission_id=submission_id,
-            runtime_env=env or None,
-            metadata={**endpoint.metadata, **stringify_metadata(metadata)} or None,
-            entrypoint_num_cpus=entrypoint_num_cpus,
-            entrypoint_resources=entrypoint_resources or None,
-        )
+        for attempt in submit_retrying():
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    self.log.info(
+                        "No Ray job agent had registered yet (a new head?): submitting %s again", submission_id
+                    )
+                return self.get_conn().submit_job(
+                    entrypoint=entrypoint,
+                    submission_id=submission_id,
+                    runtime_env=env or None,
+                    metadata={**endpoint.metadata, **stringify_metadata(metadata)} or None,
+                    entrypoint_num_cpus=entrypoint_num_cpus,
+                    entrypoint_resources=entrypoint_resources or None,
+                )
+        raise AssertionError("unreachable: submit_retrying re-raises the last failure")
 
     def ship_local_code(self, runtime_env: dict[str, Any]) -> dict[str, Any]:
         """``runtime_env`` with its local ``py_modules``/``working_dir`` uploaded and replaced by ``gcs://`` URIs.

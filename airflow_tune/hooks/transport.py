@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from tenacity import AsyncRetrying, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from airflow_tune.exceptions import (
     AirflowTuneException,
@@ -49,6 +56,29 @@ def _policy(attempts: int) -> dict[str, Any]:
 def retrying(attempts: int = ATTEMPTS) -> Retrying:
     """Tenacity's loop for an idempotent sync call: ``for attempt in retrying(): with attempt: ...``."""
     return Retrying(**_policy(attempts))
+
+
+#: Ray's answer to a submission while no job agent has registered yet (a head just started or restarted): the
+#: dashboard waited 10 s for one and handed the job to nobody, so submitting again cannot start it twice.
+NO_AGENT_YET = "No available agent to submit job"
+#: Tries of a submission that no agent took (each waits up to Ray's 10 s for one).
+SUBMIT_ATTEMPTS = 4
+
+
+def nothing_submitted(exc: BaseException) -> bool:
+    """Whether a failed submission provably reached no job agent (so it may be sent again)."""
+    return isinstance(exc, RayDashboardUnavailable) and NO_AGENT_YET in str(exc)
+
+
+def submit_retrying() -> Retrying:
+    """Tenacity's loop for a submission: sent again only when :func:`nothing_submitted` (a submission is not
+    idempotent otherwise: a lost answer may hide a started job)."""
+    return Retrying(
+        stop=stop_after_attempt(SUBMIT_ATTEMPTS),
+        wait=wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5),
+        retry=retry_if_exception(nothing_submitted),
+        reraise=True,
+    )
 
 
 def async_retrying(attempts: int = ATTEMPTS) -> AsyncRetrying:

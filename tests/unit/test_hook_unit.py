@@ -10,7 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tune.exceptions import AirflowTuneException, RayConnectionError, RayJobError, RayJobNotFoundError
+from airflow_tune.exceptions import (
+    AirflowTuneException,
+    RayConnectionError,
+    RayDashboardUnavailable,
+    RayJobError,
+    RayJobNotFoundError,
+)
 from airflow_tune.hooks.connection import RayEndpoint, build_dashboard_url, merge_runtime_env
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.hooks.transport import job_to_dict, metadata_matches, newest_first, quote_id
@@ -250,3 +256,50 @@ def test_importing_hook_and_link_loads_no_heavy_modules():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+# -- submitting while no job agent has registered ------------------------------------------------------------------
+
+
+class _SubmitAnswers:
+    """A Jobs client whose submissions fail with the given errors first, then succeed."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def submit_job(self, **fields) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return fields["submission_id"]
+
+
+def _hook_with(client: _SubmitAnswers) -> RayHook:
+    hook = RayHook()
+    hook._endpoint = RayEndpoint.from_connection(_conn(), {})
+    hook._client = client  # type: ignore[assignment]
+    hook.ship_local_code = lambda env: env  # type: ignore[method-assign]
+    return hook
+
+
+def test_a_submission_no_job_agent_took_is_sent_again_and_any_other_failure_is_not(monkeypatch):
+    monkeypatch.setattr("tenacity.nap.time.sleep", lambda s: None)
+    url = "http://127.0.0.1:8265"
+    no_agent = _status_error(
+        500, "No available agent to submit job, please try again later.", url=url, action="submit", job_id="j"
+    )
+    client = _SubmitAnswers(no_agent, no_agent)
+    assert _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False) == "j"
+    assert client.calls == 3
+    # Any other 5xx may hide a started job: raised at once, for the caller to look before submitting again.
+    other = _status_error(500, "Traceback ...\nKeyError: 'x'", url=url, action="submit", job_id="j")
+    client = _SubmitAnswers(other)
+    with pytest.raises(RayDashboardUnavailable, match="KeyError"):
+        _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False)
+    assert client.calls == 1
+    # An agent that never registers: the last answer is the failure, after a bounded number of tries.
+    client = _SubmitAnswers(*[no_agent] * 10)
+    with pytest.raises(RayDashboardUnavailable, match="No available agent"):
+        _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False)
+    assert client.calls == 4
