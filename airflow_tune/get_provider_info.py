@@ -82,7 +82,9 @@ def get_provider_info() -> dict[str, Any]:
                 },
             }
         ],
-        "hooks": [{"integration-name": "Ray Tune", "python-modules": ["airflow_tune.hooks.ray"]}],
+        "hooks": [
+            {"integration-name": "Ray Tune", "python-modules": ["airflow_tune.hooks.ray", "airflow_tune.hooks.mlflow"]}
+        ],
         "operators": [
             {
                 "integration-name": "Ray Tune",
