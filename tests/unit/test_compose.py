@@ -364,12 +364,16 @@ def test_one_s3_key_pair_per_side(raw):
         assert env["AWS_SECRET_ACCESS_KEY"].startswith(f"${{S3_{side}_SECRET_ACCESS_KEY:?"), name
 
 
-def _init_check(tmp_path: Path, services, **env: str) -> subprocess.CompletedProcess[str]:
+def _init_check(tmp_path: Path, services, **env: str | None) -> subprocess.CompletedProcess[str]:
     """airflow-init's Python check (the heredoc in its command), as compose hands it to bash, run here."""
     script = services["airflow-init"]["command"][-1].replace("$$", "$")
     check = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
     password = tmp_path / "password"
-    password.write_text(env.pop("password", "a-password-of-mine"))
+    text = env.pop("password", "a-password-of-mine")
+    if text is None:  # no secret mounted
+        password.unlink(missing_ok=True)
+    else:
+        password.write_text(text)
     return subprocess.run(
         [sys.executable, "-c", check],
         capture_output=True,
@@ -392,6 +396,10 @@ def test_init_refuses_a_placeholder_or_malformed_fernet_key_and_a_placeholder_pa
         assert done.returncode == 1 and "is not a Fernet key (32 url-safe base64-encoded bytes)" in done.stderr, bad
     done = _init_check(tmp_path, services, AIRFLOW__CORE__FERNET_KEY=key, password="change-me")
     assert done.returncode == 1 and "AIRFLOW_ADMIN_PASSWORD" in done.stderr
+    # No secret mounted (AIRFLOW_ADMIN_PASSWORD unset when compose made it): said so, not a bare traceback.
+    done = _init_check(tmp_path, services, AIRFLOW__CORE__FERNET_KEY=key, password=None)
+    assert done.returncode == 1 and "secret is missing: set AIRFLOW_ADMIN_PASSWORD" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
     # Compose hands the service the key from docker/.env.
     assert _environment(services["airflow-init"])["AIRFLOW__CORE__FERNET_KEY"] == _env_example()["AIRFLOW_FERNET_KEY"]
 
