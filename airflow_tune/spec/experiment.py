@@ -35,6 +35,7 @@ from airflow_tune.spec.space import (
     space_code_references,
 )
 from airflow_tune.spec.stopping import check_stop, experiment_stoppers
+from airflow_tune.spec.tracking import check_no_double_tracking, check_tracking
 from airflow_tune.spec.trust import check_data_only, check_provenance
 
 SPEC_VERSION = 1
@@ -69,6 +70,9 @@ class ExperimentSpec:
         function of the same name is another trainable).
     :param allow_listed: the import paths only the deployment's allow-list admitted; the engine resolves them
         strictly (a function or class defined in the named module, never reached through another module).
+    :param mlflow: track each trial as an MLflow run under one parent run of the experiment: ``{"tracking_uri",
+        "experiment_name", "tags", "ui_url"}``, or null (see :mod:`~airflow_tune.spec.tracking`). Not part of the
+        identity.
     """
 
     trainable: str
@@ -97,6 +101,7 @@ class ExperimentSpec:
     owner: dict[str, Any] | None = None
     trainable_digest: str | None = None
     allow_listed: list[str] = field(default_factory=list)
+    mlflow: dict[str, Any] | None = None
     version: int = SPEC_VERSION
 
     # -- JSON in/out ----------------------------------------------------------------------------------------------
@@ -298,6 +303,11 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
     if kw.get("stop") is not None:
         check_stop(kw["stop"], errors)
     check_callbacks(kw.get("callbacks"), errors)
+    if kw.get("mlflow") is not None:
+        tracking = check_tracking(kw["mlflow"], errors)
+        if tracking is not None:
+            kw["mlflow"] = tracking
+        check_no_double_tracking(kw["mlflow"], kw.get("callbacks"), errors)
     check_combinations(kw, errors)
     ptes = kw.get("points_to_evaluate")
     if ptes is not None:
