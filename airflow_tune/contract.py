@@ -198,7 +198,11 @@ RESULT_KEYS = (
     "num_errored",
     "dashboard_url",
     "finished_at",
+    "mlflow",
 )
+#: What the XCom result's ``mlflow`` holds when trials were tracked (null when not): the run map stays in the
+#: manifests, so the XCom stays small whatever the number of trials.
+MLFLOW_RESULT_KEYS = ("tracking_uri", "experiment_id", "parent_run_id", "best_run_id")
 
 
 def result_succeeded(manifest: Mapping[str, Any]) -> bool:
@@ -239,6 +243,8 @@ def inside_experiment(uri: Any, experiment_uri: Any) -> bool:
 def xcom_result(manifest: Mapping[str, Any], job_id: str | None, dashboard_url: str | None) -> dict[str, Any]:
     """The XCom result of a finished experiment: :data:`RESULT_KEYS` of its result manifest."""
     out = {key: manifest.get(key) for key in RESULT_KEYS}
+    tracking = manifest.get("mlflow")
+    out["mlflow"] = {key: tracking.get(key) for key in MLFLOW_RESULT_KEYS} if isinstance(tracking, Mapping) else None
     out["job_id"] = manifest.get("job_id") or job_id
     out["dashboard_url"] = dashboard_url
     return out

@@ -26,6 +26,7 @@ def progress_lines(snapshot: dict[str, Any]) -> list[str]:
     value = best.get("value")
     best_text = f" best {metric}={value:.6g} ({best.get('trial_id')})" if _is_number(value) else ""
     lines = [f"{LOG_MARK}{snapshot.get('num_trials', 0)} trials: {counts}{best_text}"]
+    lines += mlflow_lines(snapshot.get("mlflow"))
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for row in [*(snapshot.get("top") or []), *(snapshot.get("running") or [])]:
@@ -43,6 +44,18 @@ def progress_lines(snapshot: dict[str, Any]) -> list[str]:
             f"{LOG_MARK}  {row.get('trial_id')!s:<20} {row.get('status')!s:<11} {iteration!s:>5} {shown:>12}  {config}"
         )
     return lines
+
+
+def mlflow_lines(tracking: Any) -> list[str]:
+    """The task-log line about MLflow tracking's failures, when calls failed (the experiment goes on: see
+    :mod:`airflow_tune.engine.mlflow_tracking`)."""
+    if not isinstance(tracking, dict) or not isinstance(tracking.get("errors"), int) or tracking["errors"] <= 0:
+        return []
+    last = str(tracking.get("last_error") or "")[:300]
+    return [
+        f"{LOG_MARK}WARNING MLflow tracking: {tracking['errors']} call(s) to {str(tracking.get('tracking_uri'))[:200]} "
+        f"failed, the last: {last}; the experiment goes on, its MLflow runs may miss what those calls carried"
+    ]
 
 
 def _is_number(value: Any) -> bool:

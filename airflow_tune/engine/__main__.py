@@ -156,19 +156,35 @@ def run(spec: ExperimentSpec) -> int:
         say("result " + jsonsafe.dumps({k: v for k, v in existing.items() if k != "trials"}))
         return EXIT_OK
     record_spec(spec)
+    tracking = None
+    if spec.mlflow is not None:
+        from airflow_tune.engine.mlflow_tracking import MLflowTracking
+
+        # Before any trial: a server the cluster cannot use fails the job here, naming it (see the module).
+        tracking = MLflowTracking(spec)
+        tracking.start()
     ray.init(log_to_driver=True)
     # ray.init() installs its own SIGTERM handler (sys.exit) on the driver: forward SIGTERM to Tune after it.
     signal.signal(signal.SIGTERM, _forward_to_tune)
-    callback, signals = ProgressCallback(spec), StopSignals()
+    callback, signals = ProgressCallback(spec, tracking=tracking), StopSignals()
     callbacks = [callback, HistoryCallback(spec), FeasibilityCallback.for_spec(spec), signals]
+    if tracking is not None:
+        callbacks.insert(0, tracking)
     tuner, restored = build_tuner(spec, callbacks)
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
-    grid = tuner.fit()
+    try:
+        grid = tuner.fit()
+    except BaseException:
+        if tracking is not None:
+            tracking.abandon()
+        raise
     # Trials Tune stopped without telling callbacks: an interruption's, or a time budget's or fail_fast's.
     unfinished = callback.unfinished_trials(compat.tuner_trials(tuner))
     shown = ", ".join(unfinished[:10]) + (f" and {len(unfinished) - 10} more" if len(unfinished) > 10 else "")
     if interrupted(signals, unfinished):
+        if tracking is not None:
+            tracking.finish(unfinished=unfinished, interrupted=True, manifest=None, failed=False)
         name = signal.Signals(_forwarded[0]).name if _forwarded else signals.signal_name
         by = f" by {name}" if signals.signal is not None else ""
         verdict(
@@ -182,6 +198,12 @@ def run(spec: ExperimentSpec) -> int:
     failure = failure_reason(spec, manifest)
     # A failed manifest is kept for diagnosis but is not a result: a rerun restores and retries the trials.
     manifest["status"] = "failed" if failure else "succeeded"
+    manifest["mlflow"] = None
+    if tracking is not None:
+        tracking.finish(unfinished=unfinished, interrupted=False, manifest=manifest, failed=bool(failure))
+        manifest["mlflow"] = tracking.summary()
+        for trial in manifest["trials"]:
+            trial["mlflow_run_id"] = manifest["mlflow"]["runs"].get(trial["trial_id"])
     # Every row first, then the bounded result: result.json is what says the experiment finished.
     storage.write_json(manifest_uri(spec.experiment_uri, TRIALS_FILE), {"trials": manifest["trials"]})
     storage.write_json(result_uri, bounded_result(spec, manifest))

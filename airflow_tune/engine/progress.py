@@ -70,8 +70,13 @@ def jsonable(value: Any) -> Any:
 class ProgressCallback(tune.Callback):
     """Prints a trial table to the job log and writes ``progress.json`` beside the experiment, both rate-limited."""
 
-    def __init__(self, spec: ExperimentSpec, *, out: Any = None, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self, spec: ExperimentSpec, *, out: Any = None, clock: Any = time.monotonic, tracking: Any = None
+    ) -> None:
         self.spec = spec
+        # MLflow tracking (engine/mlflow_tracking.py), whose summary (error count, the listed trials' runs) goes
+        # into progress.json: the task log reports MLflow's errors from there, the Experiment view links the runs.
+        self.tracking = tracking
         self.out = out or sys.stdout
         self.clock = clock
         self.interval = spec.progress_interval_s
@@ -165,6 +170,9 @@ class ProgressCallback(tune.Callback):
             return
         # One snapshot serves both outputs.
         snap = progress_snapshot(self.spec, trials)
+        if self.tracking is not None:
+            listed = [row["trial_id"] for row in (*snap["top"], *snap["running"])]
+            snap["mlflow"] = self.tracking.summary(listed)
         if print_due:
             self._last_print = now
             self._emit_table(trials, snap)
@@ -366,8 +374,13 @@ def bounded_result(spec: ExperimentSpec, manifest: dict[str, Any]) -> dict[str, 
     rows = manifest["trials"]
     best = heapq.nsmallest(RESULT_TOP_TRIALS, (r for r in rows if r["error"] is None), key=score)
     errored = [r for r in rows if r["error"] is not None][:RESULT_ERRORED_TRIALS]
+    tracking = manifest.get("mlflow")
+    if tracking:  # the runs of the listed trials only (each row of trials.json names its run)
+        listed = {r["trial_id"] for r in (*best, *errored)}
+        tracking = {**tracking, "runs": {t: r for t, r in (tracking.get("runs") or {}).items() if t in listed}}
     return {
         **manifest,
+        "mlflow": tracking,
         "trials": best + errored,
         "trials_listed": len(best) + len(errored),
         "trials_uri": manifest_uri(spec.experiment_uri, TRIALS_FILE),
