@@ -79,9 +79,12 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     :param warm_start: seed the search with a known good config, tried first: a model registry URI (its champion's
         config, see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`) or a config dict (an XCom).
         Only the keys the search space samples are used, nested ones too; those it lacks are sampled.
-    :param mlflow_tracking: log each trial as an MLflow run under one parent run per experiment: ``True``, or
-        ``{"experiment_name": "digits", "tags": {"team": "ml"}}`` (default experiment name: the experiment's). Data,
-        so it may be templated. The server is ``mlflow_conn_id``'s.
+    :param mlflow_tracking: log each trial as an MLflow run (config as params, every reported metric per
+        training_iteration, its status) under one parent run per experiment: ``True``, or ``{"experiment_name":
+        "digits", "tags": {"team": "ml"}}`` (default MLflow experiment: ``airflow-tune/<dag_id>/<task_id>``, so
+        every run of the task lines up). Data, so it may be templated; the server is ``mlflow_conn_id``'s (a
+        rendered ``tracking_uri`` is refused), checked before the job is submitted. A failing MLflow call during
+        the experiment is reported in the task log and does not fail it.
     :param mlflow_conn_id: the connection of the MLflow tracking server, for ``mlflow_tracking`` and a
         ``models:/<name>`` ``warm_start``; looked up only when one of them is used.
     :param ray_conn_id: the ``ray`` connection to the cluster's dashboard.
@@ -319,7 +322,10 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
 
     def submit_experiment(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
         """Write the job's spec and submit the driver, with the trainable shipped by value when it must be."""
-        # Before anything is written or submitted: the engine runs on the cluster with the cluster's Ray.
+        # Before anything is written or submitted: a tracking server that does not answer or refuses fails the task
+        # now, naming it; the engine runs on the cluster with the cluster's Ray.
+        if spec.mlflow is not None:
+            self.mlflow_hook.preflight()
         cluster_ray = self.hook.check_ray_version()
         if self.trainable_object is not None and self.trainable_code.by_value:
             ray_extra.refuse_by_value(self.trainable_code.source, cluster_ray)
@@ -360,6 +366,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     def _xcom_result(self, result: dict[str, Any], job_id: str | None) -> dict[str, Any]:
         chosen = result.get("job_id") or job_id
         out = xcom_result(result, job_id, self.hook.job_url(chosen) if chosen else None)
+        self.log_tracking(result)
         self.log.info(
             "Best trial %s: %s=%s config=%s checkpoint=%s",
             out["best_trial_id"],

@@ -19,6 +19,8 @@ from airflow_tune.spec import ExperimentSpec, experiment_name_for, node_pins
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_tune.hooks.mlflow import MLflowHook
+
 # Spec fields the operator passes through as they are (each is also a templated argument).
 SPEC_FIELDS = (
     "trainable",
@@ -64,6 +66,8 @@ class TuneSpecBuilder:
     literal_node_pins: set[str]
     experiment_name: Any
     warm_start: Any
+    mlflow_tracking: Any
+    mlflow_conn_id: str
     aws_conn_id: str | None
     runtime_env: Any
     py_modules: list[str] | None
@@ -103,12 +107,70 @@ class TuneSpecBuilder:
         seed = self.warm_start_point(data.get("param_space") or {})
         if seed:
             data["points_to_evaluate"] = [seed, *(data.get("points_to_evaluate") or [])]
+        tracking = self.mlflow_tracking_spec(context)
+        if tracking is not None:
+            data["mlflow"] = tracking
         spec = ExperimentSpec.from_dict(data)
         roots.check_task_storage(self, spec.storage_path)
         allow_listed = self.check_code_references(spec)
         if allow_listed:
             spec = dataclasses.replace(spec, allow_listed=allow_listed)
         return spec
+
+    @cached_property
+    def mlflow_hook(self) -> MLflowHook:
+        from airflow_tune.hooks.mlflow import MLflowHook
+
+        return MLflowHook(mlflow_conn_id=self.mlflow_conn_id)
+
+    def mlflow_tracking_spec(self, context: Context) -> dict[str, Any] | None:
+        """The spec's ``mlflow`` from ``mlflow_tracking`` (rendered: ``True``, a dict, or its JSON) and the MLflow
+        connection, or None when tracking is off. Where the cluster sends data is the connection's: a rendered
+        ``tracking_uri`` or ``ui_url`` is refused. The connection's credentials never enter the spec."""
+        value = coerce_rendered("mlflow_tracking", self.mlflow_tracking)
+        if not value:
+            return None
+        if value is True:
+            value = {}
+        if not isinstance(value, dict):
+            raise TypeError(
+                f"mlflow_tracking must be True, a dict such as {{'experiment_name': 'x', 'tags': {{...}}}} or its "
+                f"JSON, or None; got {type(value).__name__}"
+            )
+        chosen = [key for key in ("tracking_uri", "ui_url") if key in value]
+        if chosen:
+            raise ValueError(
+                f"mlflow_tracking sets {', '.join(chosen)}: where the cluster sends its data is not data; set it on "
+                f"the connection {self.mlflow_conn_id!r} (host, and extra ui_url) instead"
+            )
+        ti = context["ti"]
+        return {
+            "experiment_name": f"airflow-tune/{ti.dag_id}/{ti.task_id}",
+            **value,
+            "tracking_uri": self.mlflow_hook.tracking_uri,
+            "ui_url": self.mlflow_hook.ui_url,
+        }
+
+    def log_tracking(self, result: dict[str, Any]) -> None:
+        """Where the experiment's trials were tracked in MLflow, and how many tracking calls failed."""
+        tracking = result.get("mlflow")
+        if not isinstance(tracking, dict):
+            return
+        runs = tracking.get("runs") or {}
+        self.log.info(
+            "MLflow: experiment %s, parent run %s, best run %s (%d trial runs listed)",
+            tracking.get("experiment_id"),
+            tracking.get("parent_run_id"),
+            tracking.get("best_run_id"),
+            len(runs),
+        )
+        if tracking.get("errors"):
+            self.log.warning(
+                "MLflow tracking: %s call(s) failed during the experiment, the last: %s; the experiment went on, its "
+                "MLflow runs may miss what those calls carried",
+                tracking.get("errors"),
+                tracking.get("last_error"),
+            )
 
     def owner_of(self, context: Context, *, default_name: bool) -> dict[str, Any]:
         """The task instance this experiment belongs to; the run too when the name is the run's default one."""
