@@ -141,3 +141,159 @@ def test_each_trial_is_a_run_under_one_parent_with_params_metric_history_status_
     assert "mlflow" in json.loads(texts["spec.json"]) and state.mlflow_url in texts["spec.json"]
     for where, text in texts.items():
         assert SECRET not in text, f"the connection's password is in the {where}"
+
+
+def _tracking(state, name: str) -> dict:
+    return {"tracking_uri": state.mlflow_url, "experiment_name": name, "tags": {}}
+
+
+def test_a_restored_experiment_continues_the_same_runs(tracked, tmp_path):
+    """The driver is stopped (SIGINT, Tune saves its state) while trial x=1 is held after its step 1, x=0 finished and
+    x=2 not started; the rerun restores the experiment. Its runs are the same: the parent and the two trial runs seen
+    before the stop keep their ids, the run count equals the trial count, and no training_iteration is logged twice."""
+    state = tracked.state
+    rest = MlflowRest(state.mlflow_url)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    name = jobs.unique_name("mlflow-restore")
+    spec = jobs.base_spec(
+        state,
+        name,
+        "tune_testkit.functions:checkpointing",
+        param_space={
+            "x": {"grid_search": [0, 1, 2]},
+            "steps": 4,
+            "marker_dir": str(tmp_path / "marks"),
+            "hold": {"x": 1, "step": 1, "file": str(hold)},
+        },
+        max_concurrent_trials=1,
+        mlflow=_tracking(state, f"restore-{name}"),
+    )
+    job_id = jobs.submit(state, spec)
+    marks = str(tmp_path / "marks")
+    jobs.wait_until(
+        lambda: any(m["x"] == 1 and m["step"] == 1 for m in read_markers(marks, "step")), 120, "x=1 held at step 1"
+    )
+    experiment_id = _mlflow_experiment(rest, f"restore-{name}")["experiment_id"]
+    jobs.wait_until(lambda: len(rest.runs(experiment_id)) == 3, 60, "the parent and two trial runs in MLflow")
+    parent, before = _runs_of(rest, experiment_id, name)
+    jobs.client(state).stop_job(job_id)
+    assert jobs.wait(state, job_id, 120) == "STOPPED"
+    parent, stopped = _runs_of(rest, experiment_id, name)
+    # The stopped driver ended what ran as KILLED; the finished trial stays FINISHED.
+    assert parent["info"]["status"] == "KILLED"
+    assert sorted(r["info"]["status"] for r in stopped) == ["FINISHED", "KILLED"], [tags(r) for r in stopped]
+    hold.unlink()
+
+    _, manifest = jobs.run_ok(state, spec)
+    parent_after, after = _runs_of(rest, experiment_id, name)
+    assert parent_after["info"]["run_id"] == parent["info"]["run_id"] == manifest["mlflow"]["parent_run_id"]
+    assert parent_after["info"]["status"] == "FINISHED"
+    ids_before = {tags(r)["airflow_tune.trial_id"]: r["info"]["run_id"] for r in before}
+    ids_after = {tags(r)["airflow_tune.trial_id"]: r["info"]["run_id"] for r in after}
+    assert len(after) == manifest["num_trials"] == 3, "one run per trial, none duplicated"
+    assert {t: ids_after[t] for t in ids_before} == ids_before, "the runs seen before the stop were continued"
+    assert manifest["mlflow"]["runs"] == ids_after
+    for run in after:
+        assert run["info"]["status"] == "FINISHED"
+        steps = [m["step"] for m in rest.history(run["info"]["run_id"], "loss")]
+        assert sorted(steps) == [1, 2, 3, 4], (tags(run)["airflow_tune.trial_id"], steps)
+
+
+def test_the_engine_fails_before_any_trial_when_the_cluster_cannot_reach_the_server(tracked, tmp_path):
+    """The Airflow side's preflight passed, the cluster cannot reach the server: the job fails at the engine's
+    start (bad setup, exit code 2), its verdict names the server, and no trial ran."""
+    from airflow_tune.local.ports import free_port
+
+    state = tracked.state
+    dead = f"http://127.0.0.1:{free_port()}"
+    spec = jobs.base_spec(
+        state,
+        jobs.unique_name("mlflow-dead"),
+        "tune_testkit.functions:quadratic",
+        param_space={"x": {"grid_search": [1, 2]}, "steps": 2, "marker_dir": str(tmp_path)},
+        mlflow=_tracking(state, "dead"),
+    )
+    spec["mlflow"]["tracking_uri"] = dead
+    job_id = jobs.submit(state, spec)
+    assert jobs.wait(state, job_id, 180) == "FAILED"
+    assert jobs.exit_code(state, job_id) == 2  # a setup error, as a bad spec
+    assert storage.read_json_or_none(jobs.result_uri(spec)) is None
+    text = jobs.logs(state, job_id)
+    verdicts = [line for line in text.splitlines() if "verdict: " in line]
+    assert verdicts and f"the MLflow tracking server {dead}" in verdicts[-1], text[-3000:]
+    assert "no trial has run" in verdicts[-1]
+    assert read_markers(str(tmp_path), "start") == []
+
+
+@pytest.mark.parametrize("server", ["unreachable", "refusing"])
+def test_a_server_that_does_not_answer_or_refuses_fails_the_task_before_any_job(tracked, monkeypatch, server):
+    """The preflight: nothing listening, or a server answering 403; the task fails naming the server and the cause,
+    and no job was submitted and nothing written beside the experiment."""
+    from airflow_tune.local.ports import free_port
+    from tests.e2e.helpers import jobs_of
+    from tests.integration.test_healthchecks import http_server
+
+    with http_server(lambda path: (403, b"forbidden")) as refusing_port:
+        port = free_port() if server == "unreachable" else refusing_port
+        url = f"http://127.0.0.1:{port}"
+        conn = {"conn_type": "http", "host": url}
+        monkeypatch.setenv(f"AIRFLOW_CONN_MLFLOW_{server.upper()}", json.dumps(conn))
+        dag_id = f"aft_mlflow_{server}"
+        run = _run(dag_id, {"space": {"x": {"grid_search": [1]}, "steps": 1}})
+    assert run.state == "failed"
+    [error] = run.errors("tune")
+    assert type(error).__name__ == "MLflowError", error
+    cause = "does not answer" if server == "unreachable" else "refuses the credentials (HTTP 403)"
+    assert f"the MLflow tracking server {url}" in str(error) and cause in str(error), error
+    experiment = experiment_name_for(dag_id, "tune", run.run_id, -1)
+    assert jobs_of(experiment) == []
+    storage_uri = f"{tracked.state.storage_uri}/{experiment}"
+    assert storage.read_json_or_none(manifest_uri(storage_uri, SPEC_FILE)) is None
+    assert storage.list_files(storage_uri) == []
+
+
+def test_a_server_that_dies_mid_run_is_reported_in_the_task_log_and_the_experiment_succeeds(tracked, tmp_path, capfd):
+    """Runs last in the module: it stops the module's MLflow server (by its pid) once both trials have their runs and
+    wait after their first step; the trials go on, the experiment succeeds, and the task log says how many MLflow
+    calls failed and the last error."""
+    state = tracked.state
+    rest = MlflowRest(state.mlflow_url)
+    gate = tmp_path / "gate"
+    gate.write_text("")
+    marks = str(tmp_path / "marks")
+    space = {"x": {"grid_search": [1, 3]}, "steps": 3, "marker_dir": marks, "gate": {"step": 0, "file": str(gate)}}
+    stopped: list[BaseException | None] = []
+
+    def stop_the_server_mid_run() -> None:
+        try:
+            jobs.wait_until(lambda: len(read_markers(marks, "step")) >= 2, 120, "both trials at their gate")
+            experiment_id = _mlflow_experiment(rest, "airflow-tune/aft_mlflow_tracked/tune")["experiment_id"]
+            jobs.wait_until(
+                lambda: sum(tags(r).get("airflow_tune.role") == "trial" for r in rest.runs(experiment_id)) >= 2,
+                60,
+                "both trial runs in MLflow",
+            )
+            stop_process_tree(state.mlflow_pid, grace=5)
+            stopped.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            stopped.append(exc)
+        finally:
+            gate.unlink(missing_ok=True)
+
+    helper = threading.Thread(target=stop_the_server_mid_run, daemon=True)
+    helper.start()
+    try:
+        run = _run("aft_mlflow_tracked", {"space": space})
+    finally:
+        gate.unlink(missing_ok=True)
+        helper.join(60)
+    assert stopped == [None], stopped
+    assert run.state == "success", run.errors("tune")
+    result = run.xcom("tune")
+    assert result["num_terminated"] == 2 and result["mlflow"]["parent_run_id"]
+    manifest = storage.read_json_or_none(manifest_uri(result["experiment_uri"], "result.json"))
+    assert manifest is not None and manifest["mlflow"]["errors"] > 0, manifest["mlflow"]
+    log = capfd.readouterr()
+    text = log.out + log.err
+    assert "MLflow tracking:" in text and "call(s) failed" in text and "the experiment went on" in text, text[-4000:]
