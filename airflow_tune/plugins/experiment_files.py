@@ -129,6 +129,27 @@ def _items(doc: Mapping[str, Any], key: str, name: str, problems: list[str], sha
     return shape()
 
 
+def reduce_tracking(raw: Any, name: str, problems: list[str]) -> dict[str, Any] | None:
+    """A file's ``mlflow`` (MLflow tracking, see :mod:`airflow_tune.engine.mlflow_tracking`): the server as a browser
+    opens it, the experiment, the parent run and at most :data:`TABLE_ROWS` trial runs, each id bounded; None when
+    tracking was off. Links are built and checked (http(s) only) by the page's shape."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        note(problems, f"{name}: mlflow is {kind(raw)}, not an object: not shown")
+        return None
+    base = raw.get("ui_url") or raw.get("tracking_uri")
+    runs: Mapping[Any, Any] = raw["runs"] if isinstance(raw.get("runs"), Mapping) else {}
+    return {
+        "base_url": cut(base, URI_CHARS) if isinstance(base, str) else None,
+        "experiment_id": ident(raw["experiment_id"]) if raw.get("experiment_id") is not None else None,
+        "parent_run_id": ident(raw["parent_run_id"]) if raw.get("parent_run_id") is not None else None,
+        "runs": {ident(t): ident(r) for t, r in islice(runs.items(), TABLE_ROWS) if r is not None},
+        "errors": count(raw.get("errors")) or 0,
+        "last_error": cut(raw["last_error"], ERROR_CHARS) if isinstance(raw.get("last_error"), str) else None,
+    }
+
+
 def reduce_progress(raw: Any) -> dict[str, Any]:
     """``progress.json``: counts, the best trial and the top and running trials' rows."""
     doc, out = _common(raw, PROGRESS_FILE)
@@ -151,6 +172,7 @@ def reduce_progress(raw: Any) -> dict[str, Any]:
         note(problems, f"{PROGRESS_FILE}: best is {kind(best)}, not an object with a trial_id: not shown")
         best = None
     out.update(
+        mlflow=reduce_tracking(doc.get("mlflow"), PROGRESS_FILE, problems),
         updated_at=number(doc.get("updated_at")),
         num_trials=count(doc.get("num_trials")),
         counts=counts_of(doc.get("counts"), PROGRESS_FILE, problems),
@@ -198,6 +220,7 @@ def reduce_result(raw: Any) -> dict[str, Any]:
     shown = [{**r, "config": flat_config(r["config"])} for r in select_rows(rows, mode)]
     checkpoint, job_id = doc.get("best_checkpoint_uri"), doc.get("job_id")
     out.update(
+        mlflow=reduce_tracking(doc.get("mlflow"), RESULT_FILE, problems),
         status="succeeded" if doc.get("status", "succeeded") == "succeeded" else "failed",
         finished_at=number(doc.get("finished_at")),
         job_id=cut(job_id, TEXT_CHARS) if isinstance(job_id, str) else None,

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from airflow_tune import jsonsafe
 from airflow_tune.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE, describe_owner, owner_differs
@@ -338,6 +339,9 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
         checkpoint = None
         updated_at = progress["updated_at"]
     best_id = best["trial_id"] if best else None
+    tracking = tracking_links(source.get("mlflow"))
+    for r in rows:
+        r["mlflow_url"] = (tracking or {}).get("runs", {}).get(r["trial_id"])
     curves = curves_of(history, mode, best_id, {r["trial_id"]: r["status"] for r in rows})
     history_note = None
     if history is None:
@@ -361,6 +365,7 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
         "best": best,
         "best_checkpoint_uri": checkpoint,
         "ray_job_url": safe_link(facts.ray_job_url),
+        "mlflow": tracking and {k: v for k, v in tracking.items() if k != "runs"},
         "promotion": _promotion(facts.promotion),
         "table": _table(rows, total, best_id),
         "curves": curves,
@@ -376,6 +381,25 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
         },
     }
     return jsonsafe.strict(view)  # type: ignore[no-any-return]
+
+
+def tracking_links(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Links to the MLflow experiment, its parent run and each listed trial's run
+    (``<ui_url or tracking_uri>/#/experiments/<id>/runs/<run_id>``, ids URL-quoted), each an http(s) URL or None."""
+    if not tracking or not tracking.get("experiment_id") or not safe_link(tracking.get("base_url")):
+        return None
+    experiment = f"{str(tracking['base_url']).rstrip('/')}/#/experiments/{quote(tracking['experiment_id'], safe='')}"
+
+    def run(run_id: Any) -> str | None:
+        return safe_link(f"{experiment}/runs/{quote(str(run_id), safe='')}") if run_id else None
+
+    return {
+        "experiment_url": safe_link(experiment),
+        "parent_run_url": run(tracking.get("parent_run_id")),
+        "runs": {trial_id: run(run_id) for trial_id, run_id in tracking.get("runs", {}).items()},
+        "errors": tracking.get("errors", 0),
+        "last_error": tracking.get("last_error"),
+    }
 
 
 def _promotion(decision: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -338,3 +338,67 @@ def test_the_experiment_uri_comes_from_the_result_then_the_rendered_fields_then_
     # A task that has not started has no experiment, whatever its arguments say.
     assert _experiment_uri(_facts(state="scheduled"), None, None, task) == (None, None)
     assert [parse_map_index(v) for v in ("{MAP_INDEX}", "3", None, "-1")] == [-1, 3, -1, -1]
+
+
+# -- MLflow links ----------------------------------------------------------------------------------------------------
+def _track(tmp_path, name: str, tracking: dict[str, Any] | None, file: str = "result.json") -> None:
+    from airflow_tune import storage
+    from airflow_tune.contract import manifest_uri
+
+    uri = manifest_uri(_uri(tmp_path, name), file)
+    doc = storage.read_json_or_none(uri)
+    assert doc is not None
+    storage.write_json(uri, {**doc, "mlflow": tracking})
+
+
+def test_a_tracked_experiment_links_its_mlflow_experiment_parent_run_and_trial_runs(api, tmp_path):
+    made = make_experiment(str(tmp_path), "tracked", 3, owner=OWNER)
+    runs = {t.trial_id: f"run-{i}" for i, t in enumerate(made.trials)}
+    tracking = {
+        "tracking_uri": "http://mlflow:5000",
+        "ui_url": "https://mlflow.example.com",
+        "experiment_id": "7",
+        "parent_run_id": "parent/1",
+        "runs": runs,
+        "errors": 2,
+        "last_error": "ConnectionError: refused",
+    }
+    _track(tmp_path, "tracked", tracking)
+    view = _view(api, _facts(experiment_uri=_uri(tmp_path, "tracked")))
+    experiment = "https://mlflow.example.com/#/experiments/7"
+    assert view["mlflow"] == {
+        "experiment_url": experiment,
+        "parent_run_url": f"{experiment}/runs/parent%2F1",  # ids are URL-quoted
+        "errors": 2,
+        "last_error": "ConnectionError: refused",
+    }
+    assert {r["trial_id"]: r["mlflow_url"] for r in view["table"]["rows"]} == {
+        t: f"{experiment}/runs/{r}" for t, r in runs.items()
+    }
+    # Without a browser URL the tracking URI is linked; while running, progress.json's runs are.
+    make_experiment(str(tmp_path), "live", 2, finished=False, running=1, owner=OWNER)
+    _track(tmp_path, "live", {**tracking, "ui_url": None, "runs": {"exp_00001": "r1"}}, "progress.json")
+    view = _view(api, _facts(state="running", experiment_uri=_uri(tmp_path, "live")))
+    assert view["mlflow"]["experiment_url"] == "http://mlflow:5000/#/experiments/7"
+    assert [r["mlflow_url"] for r in view["table"]["rows"] if r["trial_id"] == "exp_00001"] == [
+        "http://mlflow:5000/#/experiments/7/runs/r1"
+    ]
+
+
+@pytest.mark.parametrize("base", ["javascript:alert(1)", "data:text/html,x", "//evil.example", None, 5])
+def test_mlflow_links_are_http_only(api, tmp_path, base):
+    make_experiment(str(tmp_path), "hostile", 2, owner=OWNER)
+    tracking = {"tracking_uri": base, "experiment_id": "1", "parent_run_id": "p", "runs": {"exp_00000": "r"}}
+    _track(tmp_path, "hostile", tracking)
+    view = _view(api, _facts(experiment_uri=_uri(tmp_path, "hostile")))
+    assert view["state"] == "experiment"
+    assert view["mlflow"] is None and all(r["mlflow_url"] is None for r in view["table"]["rows"])
+
+
+def test_an_untracked_experiment_and_a_malformed_mlflow_entry_show_no_links(api, tmp_path):
+    make_experiment(str(tmp_path), "plain", 2, owner=OWNER)
+    view = _view(api, _facts(experiment_uri=_uri(tmp_path, "plain")))
+    assert view["mlflow"] is None
+    _track(tmp_path, "plain", ["not", "an", "object"])  # type: ignore[arg-type]
+    view = _view(api, _facts(experiment_uri=_uri(tmp_path, "plain")))
+    assert view["mlflow"] is None and any("mlflow is a list" in p for p in view["problems"]), view["problems"]

@@ -114,6 +114,7 @@
     } else {
       job.textContent = "–";
     }
+    renderTracking(data.mlflow);
     var promotion = data.promotion;
     byId("promotion-label").hidden = byId("promotion").hidden = !promotion;
     if (promotion) {
@@ -125,6 +126,31 @@
     problems.textContent = (data.problems || []).join("; ");
   }
 
+  // A link the server built and checked (http(s) only); its text set as text.
+  function link(url, text) {
+    var a = el("a", null, text);
+    a.href = url;
+    a.rel = "noopener noreferrer";
+    a.target = "_blank";
+    return a;
+  }
+
+  function renderTracking(tracking) {
+    var box = byId("mlflow");
+    box.textContent = "";
+    byId("mlflow-label").hidden = box.hidden = !(tracking && tracking.experiment_url);
+    if (box.hidden) return;
+    box.appendChild(link(tracking.experiment_url, "experiment"));
+    if (tracking.parent_run_url) {
+      box.appendChild(document.createTextNode(" · "));
+      box.appendChild(link(tracking.parent_run_url, "parent run"));
+    }
+    if (tracking.errors) {
+      box.appendChild(el("span", "error", " · " + tracking.errors + " tracking call(s) failed" +
+        (tracking.last_error ? ": " + tracking.last_error : "")));
+    }
+  }
+
   function renderTable(data) {
     var table = data.table;
     var head = byId("trials").tHead;
@@ -132,12 +158,14 @@
     head.textContent = "";
     body.textContent = "";
     var hasErrors = table.rows.some(function (r) { return r.error; });
+    var hasRuns = table.rows.some(function (r) { return r.mlflow_url; });
     var headRow = el("tr");
     headRow.appendChild(el("th", null, "Trial"));
     headRow.appendChild(el("th", null, "Status"));
     headRow.appendChild(el("th", "num", "Iter"));
     headRow.appendChild(el("th", "num", data.metric + (data.mode === "max" ? " ↓ (max)" : " ↑ (min)")));
     table.columns.forEach(function (c) { headRow.appendChild(el("th", null, c)); });
+    if (hasRuns) headRow.appendChild(el("th", null, "MLflow"));
     if (hasErrors) headRow.appendChild(el("th", null, "Error"));
     head.appendChild(headRow);
     table.rows.forEach(function (r) {
@@ -152,6 +180,11 @@
       table.columns.forEach(function (c) {
         tr.appendChild(el("td", null, c in r.config ? r.config[c] : ""));
       });
+      if (hasRuns) {
+        var runCell = el("td", "mlflow");
+        if (r.mlflow_url) runCell.appendChild(link(r.mlflow_url, "run"));
+        tr.appendChild(runCell);
+      }
       if (hasErrors) tr.appendChild(el("td", "error", r.error || ""));
       body.appendChild(tr);
     });
