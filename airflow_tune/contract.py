@@ -240,11 +240,15 @@ def inside_experiment(uri: Any, experiment_uri: Any) -> bool:
     return not {".", ".."} & set(uri.split("://", 1)[-1].split("/"))
 
 
+def xcom_mlflow(tracking: Any) -> dict[str, Any] | None:
+    """The XCom result's ``mlflow`` from a manifest's (result.json or progress.json): :data:`MLFLOW_RESULT_KEYS`."""
+    return {key: tracking.get(key) for key in MLFLOW_RESULT_KEYS} if isinstance(tracking, Mapping) else None
+
+
 def xcom_result(manifest: Mapping[str, Any], job_id: str | None, dashboard_url: str | None) -> dict[str, Any]:
     """The XCom result of a finished experiment: :data:`RESULT_KEYS` of its result manifest."""
     out = {key: manifest.get(key) for key in RESULT_KEYS}
-    tracking = manifest.get("mlflow")
-    out["mlflow"] = {key: tracking.get(key) for key in MLFLOW_RESULT_KEYS} if isinstance(tracking, Mapping) else None
+    out["mlflow"] = xcom_mlflow(manifest.get("mlflow"))
     out["job_id"] = manifest.get("job_id") or job_id
     out["dashboard_url"] = dashboard_url
     return out

@@ -22,6 +22,7 @@ from airflow_tune.contract import (
     manifest_uri,
     owner_differs,
     result_succeeded,
+    xcom_mlflow,
     xcom_result,
 )
 from airflow_tune.exceptions import RayJobError
@@ -207,6 +208,7 @@ class RayTuneSensor(BaseSensorOperator):
             "num_errored": counts.get("ERROR", 0),
             "dashboard_url": self.hook.job_url(self.job_id) if self.job_id else None,
             "finished_at": None,
+            "mlflow": xcom_mlflow(progress.get("mlflow")),
             "finished": False,
         }
 
