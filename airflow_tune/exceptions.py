@@ -36,3 +36,7 @@ class ExperimentStorageError(AirflowTuneException):
 class MLflowError(AirflowTuneException):
     """The MLflow tracking server or its Model Registry could not be reached, refused a request, or answered what
     airflow-tune cannot use."""
+
+
+class PromotionError(AirflowTuneException):
+    """The winner could not be promoted into the model registry."""

@@ -75,3 +75,26 @@ def read_champion(registry_uri: str, s3: Any = None, *, aws_conn_id: str | None 
             return None
         raise RegistryError(f"cannot read the champion pointer s3://{bucket}/{key}: {exc}") from exc
     return dict(json.loads(body))
+
+
+def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]:
+    """The objects of the checkpoint under ``source_uri`` (S3 listing entries plus ``rel``, the relative key)."""
+    src_bucket, src_prefix = split_s3_uri(source_uri)
+    listed = []
+    paginator = s3.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=src_bucket, Prefix=f"{src_prefix}/" if src_prefix else ""):
+        for obj in page.get("Contents", []):
+            rel = obj["Key"][len(src_prefix) + 1 :] if src_prefix else obj["Key"]
+            if not rel or rel.endswith("/"):
+                continue  # pyarrow's 0-byte folder markers
+            listed.append({**obj, "rel": rel})
+    return listed
+
+
+def checkpoint_digest(objects: list[dict[str, Any]]) -> str:
+    """A digest of a checkpoint's listing (sorted relative key, size, ETag): it changes when any object is added,
+    removed or rewritten, so a reader can tell the checkpoint is still the one that was promoted."""
+    import hashlib
+
+    entries = sorted((o["rel"], int(o.get("Size") or 0), str(o.get("ETag") or "").strip('"')) for o in objects)
+    return "sha256:" + hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()

@@ -1,7 +1,9 @@
-"""PromoteCheckpointOperator: copy a tuning winner into a model registry on S3 when it passes a gate.
+"""PromoteCheckpointOperator: promote a tuning winner into a model registry when it passes a gate.
 
-The registry's layout is :mod:`airflow_tune.registry`'s. A reader that follows ``champion.json`` never sees a
-half-copied version: the pointer moves only after every object and ``model.json`` are in place.
+Two registries: one on S3 (``s3://bucket/models/<name>``, :mod:`airflow_tune.registry`'s layout: the checkpoint is
+copied server-side and ``champion.json`` moves last, so a reader never sees a half-copied version), and MLflow's
+Model Registry (``models:/<name>``, :mod:`airflow_tune.registry_mlflow`: a model version whose source is the
+checkpoint, and the ``champion`` alias moved last).
 """
 
 from __future__ import annotations
@@ -17,48 +19,54 @@ from airflow.sdk import Asset, BaseOperator
 from airflow_tune import jsonsafe
 from airflow_tune.compat import SkipMixin
 from airflow_tune.contract import inside_experiment
-from airflow_tune.exceptions import AirflowTuneException
+from airflow_tune.exceptions import PromotionError
+from airflow_tune.gates import GATES, beats, gate_decision
+from airflow_tune.operators.promote_mlflow import MLflowPromotion
 from airflow_tune.registry import CHAMPION_FILE, read_champion, registry_asset, s3_client, split_s3_uri
+from airflow_tune.registry import list_checkpoint as _list_checkpoint
+from airflow_tune.registry_mlflow import is_mlflow_uri, registered_model_name
 
-__all__ = ["CHAMPION_FILE", "PromoteCheckpointOperator", "PromotionError", "registry_asset", "split_s3_uri"]
+__all__ = [
+    "CHAMPION_FILE",
+    "GATES",
+    "PromoteCheckpointOperator",
+    "PromotionError",
+    "beats",
+    "registry_asset",
+    "split_s3_uri",
+]
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-GATES = ("always", "better_than_champion", "threshold")
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 
 
-class PromotionError(AirflowTuneException):
-    """The winner could not be copied into the registry."""
+class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
+    """Promote the best checkpoint of a tuning run into a model registry (on S3, or MLflow's) when it passes a gate.
 
+    Returns what it did: ``promoted``, ``version``, ``uri`` (the promoted checkpoint), ``model_uri``, ``reason``
+    and ``champion`` (what it compared with). When it promotes, the registry's Asset (:func:`registry_asset`) gets an
+    event; when it does not, no Asset event is emitted and, with ``skip_downstream_if_not_promoted``, its direct
+    downstream tasks are skipped. A retry of a promotion that already moved the champion changes nothing and emits
+    the same event.
 
-def beats(value: float | None, other: float | None, mode: str, *, inclusive: bool = False) -> bool:
-    """Whether ``value`` is better than ``other`` under ``mode`` (``min``/``max``)."""
-    if value is None or not math.isfinite(value):
-        return False
-    if other is None:
-        return True
-    if inclusive:
-        return value <= other if mode == "min" else value >= other
-    return value < other if mode == "min" else value > other
-
-
-class PromoteCheckpointOperator(BaseOperator, SkipMixin):
-    """Promote the best checkpoint of a tuning run into a model registry on S3 when it passes a gate.
-
-    Returns what it did: ``promoted``, ``version``, ``uri`` (the promoted checkpoint), ``reason`` and
-    ``champion`` (the pointer it compared with). When it promotes, the registry's Asset gets an event; when it does
-    not, no Asset event is emitted and, with ``skip_downstream_if_not_promoted``, its direct downstream tasks are
-    skipped.
+    With an MLflow registry (``models:/<name>``) a promotion registers the checkpoint as a version of ``<name>`` (the
+    checkpoint's S3 location as its source; metric, config, experiment and Airflow run as ``airflow_tune.*`` tags;
+    the best trial's MLflow run when the result has one), only when the gate passes, and moves the alias ``champion``
+    to it last; ``version`` is MLflow's version number and ``model_uri`` ``models:/<name>/<version>``. A registry
+    error fails the task with the alias unmoved; its retry finds the version an earlier try created by its tag.
 
     :param result: the XCom result of :class:`~airflow_tune.operators.tune.RayTuneOperator` (e.g. ``tune.output``).
-    :param registry_uri: the registry, ``s3://bucket/models/<name>``.
+    :param registry_uri: the registry: ``s3://bucket/models/<name>``, or ``models:/<name>`` for MLflow's Model
+        Registry.
     :param gate: ``always``, ``better_than_champion`` (on the experiment's metric and mode) or ``threshold``.
     :param threshold: with ``gate="threshold"``: promote when the best value reaches it (by the mode).
     :param skip_downstream_if_not_promoted: skip the direct downstream tasks when the winner is not promoted.
     :param aws_conn_id: an Amazon connection for S3 (needs ``apache-airflow-providers-amazon``); by default boto3's
         own credential chain (environment, instance role).
+    :param mlflow_conn_id: the MLflow tracking server's connection, for a ``models:/`` registry (not looked up for
+        an S3 one); see :class:`~airflow_tune.hooks.mlflow.MLflowHook`.
     """
 
     template_fields: Sequence[str] = ("result", "registry_uri", "gate", "threshold")
@@ -74,6 +82,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         threshold: float | str | None = None,
         skip_downstream_if_not_promoted: bool = True,
         aws_conn_id: str | None = None,
+        mlflow_conn_id: str = "mlflow_default",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [registry_asset(registry_uri)] if "{{" not in registry_uri else [])
@@ -84,10 +93,11 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         self.threshold = threshold
         self.skip_downstream_if_not_promoted = skip_downstream_if_not_promoted
         self.aws_conn_id = aws_conn_id
+        self.mlflow_conn_id = mlflow_conn_id
         self.returned: dict[str, Any] | None = None  # the decision, for lineage
 
     # -- inputs -------------------------------------------------------------------------------------------------
-    def _inputs(self) -> tuple[dict[str, Any], str, str, float | None]:
+    def _inputs(self) -> tuple[dict[str, Any], float | None]:
         result = json.loads(self.result) if isinstance(self.result, str) else self.result
         if not isinstance(result, dict) or "best_metrics" not in result or "metric" not in result:
             raise TypeError(
@@ -105,9 +115,15 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
                 f"{experiment_uri[:300]!r}: promote only a checkpoint of the experiment (pass the RayTuneOperator's "
                 "XCom result as it is)"
             )
-        bucket, prefix = split_s3_uri(self.registry_uri)
-        if not prefix:
-            raise ValueError(f"registry_uri = {self.registry_uri!r}: give a prefix, e.g. s3://{bucket}/models/digits")
+        if is_mlflow_uri(self.registry_uri):
+            registered_model_name(self.registry_uri)
+        else:
+            bucket, prefix = split_s3_uri(self.registry_uri)
+            if not prefix:
+                raise ValueError(
+                    f"registry_uri = {self.registry_uri!r}: give a prefix, e.g. s3://{bucket}/models/digits "
+                    "(or models:/digits for MLflow)"
+                )
         if self.gate not in GATES:
             raise ValueError(f"gate = {self.gate!r}: use one of {', '.join(GATES)}")
         threshold: float | None = None
@@ -118,14 +134,17 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
                 raise ValueError(f"threshold = {self.threshold!r}: gate='threshold' needs a number") from None
             if not math.isfinite(threshold):
                 raise ValueError(f"threshold = {self.threshold!r}: gate='threshold' needs a finite number")
-        return result, bucket, prefix, threshold
+        return result, threshold
 
     def s3_client(self) -> Any:
         return s3_client(self.aws_conn_id)
 
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        result, bucket, prefix, threshold = self._inputs()
+        result, threshold = self._inputs()
+        if is_mlflow_uri(self.registry_uri):
+            return self.execute_mlflow(context, result, threshold)
+        bucket, prefix = split_s3_uri(self.registry_uri)
         s3 = self.s3_client()
         metric, mode = result["metric"], result["mode"]
         value = (result.get("best_metrics") or {}).get(metric)
@@ -142,18 +161,15 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
             # A retry after the pointer moved (e.g. the task died before its Asset event was recorded): finish the
             # same promotion again rather than comparing the winner with itself and skipping the deploy.
             decision = (True, f"version {version} is already the champion: promoting it again (a retry)")
-        elif self.gate == "always":
-            decision = (True, "gate 'always'")
-        elif self.gate == "threshold":
-            ok = beats(value, threshold, mode, inclusive=True)
-            decision = (ok, f"{metric}={value} {'reaches' if ok else 'misses'} threshold {threshold} ({mode})")
         else:
-            ok = beats(value, champion_value, mode)
-            decision = (
-                ok,
-                f"no champion yet; {metric}={value}"
-                if champion is None
-                else f"{metric}={value} {'beats' if ok else 'does not beat'} champion {champion_value} ({mode})",
+            decision = gate_decision(
+                self.gate,
+                metric=metric,
+                mode=mode,
+                value=value,
+                threshold=threshold,
+                has_champion=champion is not None,
+                champion_value=champion_value,
             )
         promoted, reason = decision
         out: dict[str, Any] = {
@@ -169,16 +185,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
         }
         self.returned = out
         if not promoted:
-            self.log.info("Not promoting: %s", reason)
-            # No registry change, so no Asset event for the deploy DAGs.
-            self.outlets = []
-            if self.skip_downstream_if_not_promoted:
-                downstream = [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]
-                if downstream:
-                    # Skipping ends execute() (the SDK raises DownstreamTasksSkipped): keep the decision first.
-                    context["ti"].xcom_push(key="return_value", value=out)
-                    self.skip(ti=context["ti"], tasks=downstream)
-            return out
+            return self.not_promoted(context, out)
 
         if version is None:
             raise PromotionError(f"no objects found under the checkpoint {source}")
@@ -218,6 +225,19 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
                 context["outlet_events"][outlet].extra = {"version": version, "value": value, "metric": metric}
         return out
 
+    def not_promoted(self, context: Context, out: dict[str, Any]) -> dict[str, Any]:
+        """Return the decision of a winner held back: no registry change, so no Asset event for the deploy DAGs;
+        its direct downstream tasks skipped when asked."""
+        self.log.info("Not promoting: %s", out["reason"])
+        self.outlets = []
+        if self.skip_downstream_if_not_promoted:
+            downstream = [t for t in context["task"].get_direct_relatives(upstream=False) if not t.is_teardown]
+            if downstream:
+                # Skipping ends execute() (the SDK raises DownstreamTasksSkipped): keep the decision first.
+                context["ti"].xcom_push(key="return_value", value=out)
+                self.skip(ti=context["ti"], tasks=downstream)
+        return out
+
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (called by its provider's listener): the best checkpoint read; with a promotion, the registry
         version written and the registry whose champion moved. Never raises."""
@@ -252,16 +272,7 @@ class PromoteCheckpointOperator(BaseOperator, SkipMixin):
     @staticmethod
     def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]:
         """The objects of the checkpoint under ``source_uri`` (S3 listing entries plus ``rel``, the relative key)."""
-        src_bucket, src_prefix = split_s3_uri(source_uri)
-        listed = []
-        paginator = s3.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=src_bucket, Prefix=f"{src_prefix}/" if src_prefix else ""):
-            for obj in page.get("Contents", []):
-                rel = obj["Key"][len(src_prefix) + 1 :] if src_prefix else obj["Key"]
-                if not rel or rel.endswith("/"):
-                    continue  # pyarrow's 0-byte folder markers
-                listed.append({**obj, "rel": rel})
-        return listed
+        return _list_checkpoint(s3, source_uri)
 
     def copy_checkpoint(
         self,

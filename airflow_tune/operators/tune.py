@@ -76,9 +76,11 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     :param experiment_name: the experiment's name; by default derived from dag, task, map index and run id. One name
         is one experiment: a run that reuses a name with another spec (search space, trainable, metric, ...) is
         refused, naming what differs.
-    :param warm_start: seed the search with a known good config, tried first: a model registry URI (its champion's
-        config, see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`) or a config dict (an XCom).
-        Only the keys the search space samples are used, nested ones too; those it lacks are sampled.
+    :param warm_start: seed the search with a known good config, tried first: a model registry's champion config
+        (see :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`): ``s3://bucket/models/<name>``, or
+        ``models:/<name>`` / ``models:/<name>@champion`` in MLflow (the version's ``airflow_tune.config`` tag, read as
+        JSON through ``mlflow_conn_id``); or a config dict (an XCom). No champion yet: no warm start (logged). Only the
+        keys the search space samples are used, nested ones too; those it lacks are sampled.
     :param mlflow_tracking: log each trial as an MLflow run (config as params, every reported metric per
         training_iteration, its status) under one parent run per experiment: ``True``, or ``{"experiment_name":
         "digits", "tags": {"team": "ml"}}`` (default MLflow experiment: ``airflow-tune/<dag_id>/<task_id>``, so

@@ -69,6 +69,7 @@ class TuneSpecBuilder:
     mlflow_tracking: Any
     mlflow_conn_id: str
     aws_conn_id: str | None
+    mlflow_conn_id: str
     runtime_env: Any
     py_modules: list[str] | None
     working_dir: str | None
@@ -228,7 +229,16 @@ class TuneSpecBuilder:
         if not self.warm_start:
             return None
         config: Any = None
-        if isinstance(self.warm_start, str) and "://" in self.warm_start:
+        if isinstance(self.warm_start, str) and self.warm_start.startswith("models:/"):
+            from airflow_tune.hooks.mlflow import MLflowHook
+            from airflow_tune.registry_mlflow import champion_config
+
+            # The version's airflow_tune.config tag, parsed as JSON: data only, never unpickled or imported.
+            config = champion_config(MLflowHook(self.mlflow_conn_id), self.warm_start)
+            if config is None:
+                self.log.info("No champion with a config in the MLflow registry %s yet: no warm start", self.warm_start)
+                return None
+        elif isinstance(self.warm_start, str) and "://" in self.warm_start:
             from airflow_tune.registry import read_champion
 
             champion = read_champion(self.warm_start, aws_conn_id=self.aws_conn_id)

@@ -3,10 +3,12 @@ REST API read as plain HTTP (no mlflow import on the test side)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +68,32 @@ def params(run: dict[str, Any]) -> dict[str, str]:
 
 def tags(run: dict[str, Any]) -> dict[str, str]:
     return {t["key"]: t["value"] for t in run["data"].get("tags", [])}
+
+
+@contextlib.contextmanager
+def mlflow_beside(state: Any, folder: Path) -> Iterator[str]:
+    """An MLflow server (its store in ``folder``, artifacts on ``state``'s S3 endpoint) beside a running stack, for
+    modules that need the registry but not a Ray head of their own; the ``mlflow_default`` connection points at it
+    while the block runs. Stopped by its process id (its uvicorn child too), with the reaper as a backstop, even when
+    the block fails."""
+    from airflow_tune.local.ports import free_port, wait_http
+    from airflow_tune.local.processes import Processes
+    from airflow_tune.local.services import mlflow_connection, mlflow_url, start_mlflow
+    from airflow_tune.local.stack import MLFLOW_START_TIMEOUT
+    from tests.conftest import _environment
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "logs").mkdir(exist_ok=True)
+    processes = Processes(folder / "logs", outlive_owner=False)
+    processes.start_reaper()
+    try:
+        port = free_port()
+        proc = start_mlflow(processes, mlflow_python(), port, folder / "mlflow", state.s3_endpoint, state.bucket)
+        url = mlflow_url(port)
+        wait_http(f"{url}/health", MLFLOW_START_TIMEOUT, proc, "MLflow server", ok_below=400)
+        env = {"AIRFLOW_CONN_MLFLOW_DEFAULT": json.dumps(mlflow_connection(url)), "MLFLOW_TRACKING_URI": url}
+        with _environment(env):
+            yield url
+    finally:
+        processes.stop()
+

@@ -1,0 +1,173 @@
+"""PromoteCheckpointOperator's MLflow path (``registry_uri="models:/<name>"``), a mixin of the operator.
+
+Order, each step safe to repeat: the registry's preflight; the checkpoint listed on S3 (its deterministic version
+name and its digest); the champion (alias ``champion``) and a version an earlier try registered (found by its
+``airflow_tune.version`` tag); the gate; only when it passes, the version registered (its source the checkpoint
+itself) and waited for until READY; the alias moved last; the Asset event. A try that fails anywhere leaves the alias
+where it was, and the next try reuses the version the failed one created. A retry after the alias moved finds its
+version already the champion and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_tune.exceptions import PromotionError
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_tune.hooks.mlflow import MLflowHook
+    from airflow_tune.registry_mlflow import MLflowRegistry
+
+
+class MLflowPromotion:
+    """The MLflow registry path of :class:`~airflow_tune.operators.promote.PromoteCheckpointOperator`."""
+
+    # The operator's attributes and methods this path uses.
+    registry_uri: str
+    gate: str
+    mlflow_conn_id: str
+    outlets: Any
+    log: Any
+    returned: dict[str, Any] | None
+
+    if TYPE_CHECKING:
+
+        def s3_client(self) -> Any: ...
+
+        def not_promoted(self, context: Context, out: dict[str, Any]) -> dict[str, Any]: ...
+
+        @staticmethod
+        def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ()) -> str: ...
+
+        @staticmethod
+        def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]: ...
+
+    def mlflow_hook(self) -> MLflowHook:
+        from airflow_tune.hooks.mlflow import MLflowHook
+
+        return MLflowHook(self.mlflow_conn_id)
+
+    def mlflow_registry(self, client: Any, name: str, server: str) -> MLflowRegistry:
+        """The registry every call of a promotion goes through."""
+        from airflow_tune.registry_mlflow import MLflowRegistry
+
+        return MLflowRegistry(client, name, server)
+
+    def execute_mlflow(self, context: Context, result: dict[str, Any], threshold: float | None) -> dict[str, Any]:
+        from airflow.sdk import Asset
+
+        from airflow_tune.gates import gate_decision
+        from airflow_tune.registry import checkpoint_digest
+        from airflow_tune.registry_mlflow import (
+            CHAMPION_ALIAS,
+            MODELS_PREFIX,
+            TAG,
+            describe,
+            registered_model_name,
+            tagged_value,
+            tags_of,
+            version_tags,
+        )
+
+        name = registered_model_name(self.registry_uri)
+        metric, mode = result["metric"], result["mode"]
+        value = (result.get("best_metrics") or {}).get(metric)
+        source = result.get("best_checkpoint_uri")
+        hook = self.mlflow_hook()
+        hook.preflight()
+        version_name = digest = None
+        if source:
+            # Listed before the gate: the version is named from the checkpoint itself, so a retry finds it again.
+            objects = self.list_checkpoint(self.s3_client(), str(source))
+            if not objects:
+                raise PromotionError(f"no objects found under the checkpoint {source}")
+            version_name, digest = self.version_name(result, objects), checkpoint_digest(objects)
+
+        with hook.client() as client:
+            registry = self.mlflow_registry(client, name, hook.tracking_uri)
+            champion = registry.version_by_alias(CHAMPION_ALIAS)
+            existing = registry.find_version(version_name) if version_name else None
+            if existing is not None and tags_of(existing).get(TAG + "checkpoint_uri") != source:
+                raise PromotionError(
+                    f"version {existing.version} of model {name!r} carries this promotion's name {version_name} but "
+                    f"another checkpoint ({tags_of(existing).get(TAG + 'checkpoint_uri')}): refusing to reuse it"
+                )
+            already = champion is not None and existing is not None and str(champion.version) == str(existing.version)
+            if not source:
+                promoted, reason = False, "the best trial saved no checkpoint"
+            elif already and existing is not None:
+                promoted, reason = True, f"version {existing.version} is already the champion (a retry): nothing to do"
+            else:
+                champion_tags = tags_of(champion) if champion is not None else {}
+                incomparable = None
+                if champion is not None and tagged_value(champion_tags) is None:
+                    incomparable = f"champion version {champion.version} has no {TAG}value tag (not ours)"
+                elif champion is not None and champion_tags.get(TAG + "metric") != metric:
+                    incomparable = (
+                        f"champion version {champion.version} was promoted on "
+                        f"{champion_tags.get(TAG + 'metric')!r}, not {metric!r}"
+                    )
+                promoted, reason = gate_decision(
+                    self.gate,
+                    metric=metric,
+                    mode=mode,
+                    value=value,
+                    threshold=threshold,
+                    has_champion=champion is not None,
+                    champion_value=tagged_value(champion_tags),
+                    incomparable=incomparable,
+                )
+            out: dict[str, Any] = {
+                "promoted": promoted,
+                "version": None,
+                "uri": None,
+                "model_uri": None,
+                "reason": reason,
+                "champion": describe(champion) if champion is not None else None,
+                "metric": metric,
+                "mode": mode,
+                "value": value,
+                "registered_model": name,
+                "version_name": version_name,
+                "tracking_uri": hook.tracking_uri,
+                "model_version_url": None,
+            }
+            self.returned = out
+            if not promoted:
+                # Nothing registered: the registry holds the versions that won, as the S3 registry does.
+                return self.not_promoted(context, out)
+
+            version = existing
+            if version is None:
+                registry.ensure_model()
+                run_id = result.get("mlflow", {}).get("best_run_id") if isinstance(result.get("mlflow"), dict) else None
+                assert version_name is not None and digest is not None
+                tags = version_tags(result, context, version_name, digest, str(source))
+                version = registry.create_version(str(source), run_id, tags)
+            version = registry.wait_ready(version)
+            if not already:
+                # The alias moves last: a deploy reading models:/<name>@champion sees the old or the new, complete one.
+                registry.set_alias(CHAMPION_ALIAS, str(version.version))
+
+        number = str(version.version)
+        out.update(
+            {
+                "version": number,
+                "uri": str(source),
+                "model_uri": f"{MODELS_PREFIX}{name}/{number}",
+                "model_version_url": hook.model_version_url(name, number),
+            }
+        )
+        self.log.info("Promoted %s as version %s of MLflow model %r: %s", source, number, name, reason)
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                context["outlet_events"][outlet].extra = {
+                    "version": number,
+                    "value": value,
+                    "metric": metric,
+                    "model_uri": out["model_uri"],
+                }
+        return out

@@ -1,0 +1,284 @@
+"""The model registry in MLflow: ``registry_uri="models:/<name>"``.
+
+A promotion registers the winner as a version of the registered model ``<name>`` whose source is the checkpoint's
+own S3 location (nothing is copied), tagged with what it is (``airflow_tune.*``: the metric and its value, the
+config as JSON, the experiment, the Airflow run, the deterministic version name and a digest of the checkpoint's
+listing), and moves the alias ``champion`` to it last. Deploy tasks load ``models:/<name>@champion`` (or
+``models:/<name>/<version>``) through :mod:`airflow_tune.checkpoints`, which believes a version only when its tags
+say airflow-tune wrote it and the checkpoint's current listing still matches the digest: the storage is not trusted.
+
+Every registry call goes through :class:`MLflowRegistry`, which turns the client's failures into
+:class:`~airflow_tune.exceptions.MLflowError` naming the call and the cause. ``mlflow`` is imported only inside
+functions (DAG files import the operators).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow_tune import jsonsafe
+from airflow_tune.exceptions import MLflowError, PromotionError
+from airflow_tune.registry import checkpoint_digest, list_checkpoint, s3_client, split_s3_uri
+
+if TYPE_CHECKING:
+    from airflow_tune.hooks.mlflow import MLflowHook
+
+MODELS_PREFIX = "models:/"
+CHAMPION_ALIAS = "champion"
+TAG = "airflow_tune."
+VERSION_TAG = TAG + "version"
+READY_TIMEOUT_S = 300.0
+# Version names go into a search filter between quotes: only characters that cannot end or escape the string.
+_FILTER_SAFE = re.compile(r"^[A-Za-z0-9_.:+-]+$")
+_NAME_REFUSED = re.compile(r"[@/\s'\"`]")
+
+T = TypeVar("T")
+
+
+def is_mlflow_uri(uri: Any) -> bool:
+    """Whether ``uri`` names an MLflow registered model (``models:/...``)."""
+    return isinstance(uri, str) and uri.startswith(MODELS_PREFIX)
+
+
+def registered_model_name(registry_uri: str) -> str:
+    """``models:/<name>`` -> ``<name>``; refuses a version, an alias or an empty name (ValueError)."""
+    name = registry_uri[len(MODELS_PREFIX) :] if is_mlflow_uri(registry_uri) else ""
+    if not name or _NAME_REFUSED.search(name):
+        raise ValueError(
+            f"registry_uri = {registry_uri!r}: an MLflow registry is models:/<name>, a registered model's name "
+            "without '/', '@', quotes or spaces (the promotion chooses the version and moves the alias)"
+        )
+    return name
+
+
+def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
+    """``models:/<name>@<alias>`` -> ``(name, alias, None)``; ``models:/<name>/<version>`` -> ``(name, None,
+    version)``; ``models:/<name>`` -> ``(name, "champion", None)``. ValueError for anything else."""
+    rest = uri[len(MODELS_PREFIX) :] if is_mlflow_uri(uri) else ""
+    name, alias, version = rest, None, None
+    if "@" in rest:
+        name, _, alias = rest.partition("@")
+    elif "/" in rest:
+        name, _, version = rest.partition("/")
+    else:
+        alias = CHAMPION_ALIAS
+    if not name or _NAME_REFUSED.search(name) or (alias is not None and not _FILTER_SAFE.match(alias)):
+        raise ValueError(f"{uri!r}: give models:/<name>@<alias> or models:/<name>/<version>")
+    if version is not None and not version.isdigit():
+        raise ValueError(f"{uri!r}: a model version is a number, e.g. models:/{name}/3")
+    return name, alias, version
+
+
+def tags_of(version: Any) -> dict[str, str]:
+    return dict(getattr(version, "tags", None) or {})
+
+
+def tagged_value(tags: dict[str, str]) -> float | None:
+    """The ``airflow_tune.value`` tag as a finite number, or None."""
+    try:
+        value = json.loads(tags[TAG + "value"])
+    except (KeyError, ValueError):
+        return None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def describe(version: Any) -> dict[str, Any]:
+    """A JSON-safe summary of a model version (for the XCom result)."""
+    tags = tags_of(version)
+    return {
+        "version": str(version.version),
+        "model_uri": f"{MODELS_PREFIX}{version.name}/{version.version}",
+        "uri": version.source,
+        "airflow_tune_version": tags.get(VERSION_TAG),
+        "metric": tags.get(TAG + "metric"),
+        "mode": tags.get(TAG + "mode"),
+        "value": tagged_value(tags),
+    }
+
+
+class MLflowRegistry:
+    """One registered model, through an ``MlflowClient``; every failure becomes an MLflowError naming the call.
+
+    :param client: an ``MlflowClient`` (from :meth:`~airflow_tune.hooks.mlflow.MLflowHook.client`).
+    :param name: the registered model's name.
+    :param server: the tracking server's URI, for messages.
+    """
+
+    def __init__(self, client: Any, name: str, server: str) -> None:
+        self.client = client
+        self.name = name
+        self.server = server
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, missing_ok: bool = False, **kwargs: Any) -> T | None:
+        """``fn(*args, **kwargs)``; None when it answers 'does not exist' and ``missing_ok``; else MLflowError."""
+        try:
+            return fn(*args, **kwargs)
+        except MLflowError:
+            raise
+        except Exception as exc:
+            if missing_ok and getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            cause = f"{type(exc).__name__}: {str(exc)[:400]}"
+            raise MLflowError(
+                f"the MLflow registry {self.server} failed to {what} of model {self.name!r}: {cause}"
+            ) from exc
+
+    def version_by_alias(self, alias: str) -> Any:
+        """The version under ``alias``, or None (no such model or alias)."""
+        return self.call(
+            f"read the alias {alias!r}", self.client.get_model_version_by_alias, self.name, alias, missing_ok=True
+        )
+
+    def get_version(self, version: str) -> Any:
+        return self.call(f"read version {version}", self.client.get_model_version, self.name, version, missing_ok=True)
+
+    def find_version(self, version_name: str) -> Any:
+        """The version tagged ``airflow_tune.version = version_name`` (an earlier try's), or None."""
+        if not _FILTER_SAFE.match(version_name):
+            raise PromotionError(f"version name {version_name!r} has characters a registry search cannot hold")
+        found = self.call(
+            "search versions",
+            self.client.search_model_versions,
+            f"tags.`{VERSION_TAG}` = '{version_name}'",
+            missing_ok=True,
+        )
+        mine = sorted((v for v in found or [] if v.name == self.name), key=lambda v: int(v.version))
+        return mine[0] if mine else None
+
+    def ensure_model(self) -> None:
+        if self.call("read the registered model", self.client.get_registered_model, self.name, missing_ok=True):
+            return
+        self.call("create the registered model", self.client.create_registered_model, self.name)
+
+    def create_version(self, source: str, run_id: str | None, tags: dict[str, str]) -> Any:
+        return self.call(
+            "create a version",
+            self.client.create_model_version,
+            self.name,
+            source,
+            run_id=run_id,
+            tags=tags,
+            await_creation_for=0,  # waited for by wait_ready, for a created and a found version alike
+        )
+
+    def wait_ready(self, version: Any, timeout: float = READY_TIMEOUT_S) -> Any:
+        deadline = time.monotonic() + timeout
+        while version.status == "PENDING_REGISTRATION":
+            if time.monotonic() > deadline:
+                raise MLflowError(f"version {version.version} of model {self.name!r} is not READY after {timeout}s")
+            time.sleep(1.0)
+            version = self.get_version(str(version.version)) or version
+        if version.status != "READY":
+            raise MLflowError(
+                f"version {version.version} of model {self.name!r} is {version.status}: {version.status_message}"
+            )
+        return version
+
+    def set_alias(self, alias: str, version: str) -> None:
+        self.call(
+            f"move the alias {alias!r} to version {version}",
+            self.client.set_registered_model_alias,
+            self.name,
+            alias,
+            version,
+        )
+
+
+@contextmanager
+def opened(hook: MLflowHook, name: str) -> Iterator[MLflowRegistry]:
+    """The registry of model ``name`` on the hook's server, after a preflight (a server that does not answer fails
+    here, fast, naming it)."""
+    hook.preflight()
+    with hook.client() as client:
+        yield MLflowRegistry(client, name, hook.tracking_uri)
+
+
+def version_tags(
+    result: dict[str, Any], context: Any, version_name: str, digest: str, checkpoint_uri: str
+) -> dict[str, str]:
+    """The tags a promoted version carries: what it is, where it came from, and how to check it is unchanged."""
+    ti = context["ti"]
+    metric = result["metric"]
+    value = (result.get("best_metrics") or {}).get(metric)
+    return {
+        VERSION_TAG: version_name,
+        TAG + "metric": str(metric),
+        TAG + "mode": str(result["mode"]),
+        TAG + "value": jsonsafe.dumps(value),
+        TAG + "config": jsonsafe.dumps(result.get("best_config")),
+        TAG + "experiment": str(result.get("experiment") or ""),
+        TAG + "experiment_uri": str(result.get("experiment_uri") or ""),
+        TAG + "trial_id": str(result.get("best_trial_id") or ""),
+        TAG + "checkpoint_uri": checkpoint_uri,
+        TAG + "checkpoint_digest": digest,
+        TAG + "dag_id": str(ti.dag_id),
+        TAG + "task_id": str(ti.task_id),
+        TAG + "run_id": str(context["run_id"]),
+    }
+
+
+def champion_config(hook: MLflowHook, uri: str) -> dict[str, Any] | None:
+    """The config (the ``airflow_tune.config`` tag, JSON: data only) of the version ``uri`` names; None when the
+    model or the alias does not exist or the version carries no config of ours."""
+    name, alias, number = parse_model_uri(uri)
+    with opened(hook, name) as registry:
+        version = registry.version_by_alias(alias) if alias else registry.get_version(str(number))
+    if version is None:
+        return None
+    raw = tags_of(version).get(TAG + "config")
+    if raw is None:
+        return None
+    config = json.loads(raw)
+    if not isinstance(config, dict):
+        raise MLflowError(f"{uri}: version {version.version}'s {TAG}config tag is not a JSON object")
+    return config
+
+
+def verified_source(registry: MLflowRegistry, version: Any, s3: Any) -> str:
+    """The checkpoint a version names, when airflow-tune wrote it and its objects are still the ones promoted."""
+    tags = tags_of(version)
+    where = f"version {version.version} of model {registry.name!r}"
+    source = version.source
+    if tags.get(TAG + "checkpoint_uri") != source or not tags.get(TAG + "checkpoint_digest"):
+        raise PromotionError(
+            f"{where} was not registered by airflow-tune (its source {str(source)[:300]!r} does not match its "
+            f"{TAG}checkpoint_uri tag): refusing to load it"
+        )
+    try:
+        split_s3_uri(source)
+    except ValueError:
+        raise PromotionError(f"{where}: its source {str(source)[:300]!r} is not an s3:// checkpoint") from None
+    objects = list_checkpoint(s3, source)
+    if not objects or checkpoint_digest(objects) != tags[TAG + "checkpoint_digest"]:
+        raise PromotionError(
+            f"{where}: the checkpoint at {source} has changed since it was promoted (its listing no longer matches "
+            f"{TAG}checkpoint_digest): refusing to load it"
+        )
+    return str(source)
+
+
+def resolve_checkpoint(uri: str, mlflow_conn_id: str, s3: Any = None) -> tuple[str, Callable[[], None]]:
+    """The checkpoint ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, verified, and a function
+    that checks again that it is unchanged (call it after reading the files)."""
+    from airflow_tune.hooks.mlflow import MLflowHook
+
+    name, alias, number = parse_model_uri(uri)
+    s3 = s3 if s3 is not None else s3_client()
+    with opened(MLflowHook(mlflow_conn_id), name) as registry:
+        version = registry.version_by_alias(alias) if alias else registry.get_version(str(number))
+        if version is None:
+            raise MLflowError(f"{uri}: no such model version in the MLflow registry {registry.server}")
+        source = verified_source(registry, version, s3)
+
+    def recheck() -> None:
+        objects = list_checkpoint(s3, source)
+        if checkpoint_digest(objects) != tags_of(version)[TAG + "checkpoint_digest"]:
+            raise PromotionError(f"{uri}: the checkpoint at {source} changed while it was read")
+
+    return source, recheck
