@@ -96,4 +96,3 @@ def mlflow_beside(state: Any, folder: Path) -> Iterator[str]:
             yield url
     finally:
         processes.stop()
-

@@ -1,0 +1,66 @@
+"""DAGs for the MLflow registry tests: a stand-in ``tune`` task hands the run's conf ``result`` to the real
+PromoteCheckpointOperator promoting into ``models:/<name>`` (written literally, so the Asset is known at parse
+time), an asset-scheduled consumer of that registry, and the same promotion with every argument rendered from
+Params (registry, gate, threshold as templates; the result as a JSON string)."""
+
+from __future__ import annotations
+
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from airflow_tune.operators.promote import PromoteCheckpointOperator, registry_asset
+
+MLFLOW_REGISTRY = "models:/aft-e2e-mlflow-skip"
+
+with DAG("aft_promote_mlflow", schedule=None, catchup=False, tags=["test"]) as promote_mlflow:
+
+    @task
+    def tune() -> dict:
+        return dict(get_current_context()["dag_run"].conf["result"])
+
+    promote = PromoteCheckpointOperator(
+        task_id="promote", result=tune(), registry_uri=MLFLOW_REGISTRY, gate="better_than_champion"
+    )
+
+    @task
+    def deploy(decision: dict) -> dict:
+        from airflow_tune.checkpoints import download_checkpoint
+
+        folder = download_checkpoint(f"{MLFLOW_REGISTRY}@champion")
+        with open(f"{folder}/w.bin", "rb") as fh:
+            return {"deployed": decision["version"], "weights": fh.read().decode()}
+
+    deploy(promote.output)
+
+with DAG("aft_promote_mlflow_consumer", schedule=[registry_asset(MLFLOW_REGISTRY)], catchup=False) as consumer:
+
+    @task
+    def serve() -> None:
+        pass
+
+    serve()
+
+with DAG(
+    "aft_promote_mlflow_templated",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={
+        "model": Param("aft-e2e-templated", type="string"),
+        "gate": Param("threshold", type="string"),
+        "threshold": Param("0.5", type="string"),
+    },
+) as promote_templated:
+
+    @task
+    def tune_json() -> str:
+        import json
+
+        return json.dumps(get_current_context()["dag_run"].conf["result"])
+
+    PromoteCheckpointOperator(
+        task_id="promote",
+        result="{{ ti.xcom_pull(task_ids='tune_json') }}",
+        registry_uri="models:/{{ params.model }}",
+        gate="{{ params.gate }}",
+        threshold="{{ params.threshold }}",
+    ).set_upstream(tune_json())
