@@ -76,6 +76,7 @@ def tune_dataset_names(
     warm_start: Any,
     experiment_uri: str | None = None,
     named: Iterable[str] = (),
+    mlflow_namespace: str | None = None,
 ) -> tuple[list[Name], list[Name]]:
     """What a tune task read and wrote: ``(inputs, outputs)``.
 
@@ -84,11 +85,17 @@ def tune_dataset_names(
         search); a config dict (an XCom) is not a dataset.
     :param experiment_uri: the experiment folder, when a job ran on it but no result came back (a failed task).
     :param named: the dataset URIs the spec names (:func:`named_dataset_uris` of its ``trainable_kwargs``): inputs.
+    :param mlflow_namespace: the MLflow tracking server's URI, the namespace of a ``models:/`` warm start (as
+        :func:`promote_dataset_names` names the model it promotes into).
     :return: inputs (the warm-start registry, the named datasets) and outputs (the experiment folder, the best
         checkpoint).
     """
-    warm = [warm_start] if isinstance(warm_start, str) and "://" in warm_start else []
-    inputs = _unique([*warm, *named])
+    warm: list[Name] = []
+    if isinstance(warm_start, str) and warm_start.startswith("models:/"):
+        warm = [(mlflow_namespace or "mlflow", warm_start.split("@", 1)[0].rstrip("/"))]
+    elif isinstance(warm_start, str) and "://" in warm_start:
+        warm = _unique([warm_start])
+    inputs = warm + [n for n in _unique(named) if n not in warm]
     if isinstance(result, Mapping):
         outputs = _unique([result.get("experiment_uri"), result.get("best_checkpoint_uri")])
     else:
@@ -105,13 +112,22 @@ def promote_dataset_names(
     :param source: the best checkpoint URI it was given (read, and copied when promoted).
     :param registry_uri: the registry. A promotion writes the version (``<registry>/versions/<version>``: the
         checkpoint's copy and ``model.json``) and moves the registry's champion pointer, which a warm start reads.
+        In MLflow (``models:/<name>``) it registers the version ``models:/<name>/<version>`` and moves the model's
+        ``champion`` alias: both are named in the namespace of the tracking server (the decision's
+        ``tracking_uri``; ``mlflow`` when it has none).
     :return: inputs (the checkpoint) and outputs (the version and the registry; none when nothing was promoted).
     """
     inputs = _unique([source])
     outputs: list[Name] = []
     version = decision.get("version") if isinstance(decision, Mapping) and decision.get("promoted") else None
-    if isinstance(version, str) and version and isinstance(registry_uri, str) and registry_uri:
-        outputs = _unique([f"{registry_uri.rstrip('/')}/versions/{version}", registry_uri])
+    if not (isinstance(version, str) and version and isinstance(registry_uri, str) and registry_uri):
+        return inputs, outputs
+    if registry_uri.startswith("models:/"):
+        assert isinstance(decision, Mapping)
+        namespace = str(decision.get("tracking_uri") or "mlflow")
+        model = registry_uri.rstrip("/")
+        return inputs, [(namespace, f"{model}/{version}"), (namespace, model)]
+    outputs = _unique([f"{registry_uri.rstrip('/')}/versions/{version}", registry_uri])
     return inputs, outputs
 
 

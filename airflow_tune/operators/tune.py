@@ -388,6 +388,15 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
 
         ran_on = self.spec.experiment_uri if self.spec is not None and self.job_id else None
         named = lineage.named_dataset_uris(self.spec.trainable_kwargs) if self.spec is not None else []
-        return lineage.operator_lineage(
-            lambda: lineage.tune_dataset_names(self.returned, self.warm_start, ran_on, named), self.log
-        )
+
+        def names() -> tuple[list[lineage.Name], list[lineage.Name]]:
+            namespace = None
+            if isinstance(self.warm_start, str) and self.warm_start.startswith("models:/"):
+                from airflow_tune.hooks.mlflow import MLflowHook
+
+                namespace = MLflowHook(self.mlflow_conn_id).tracking_uri
+            return lineage.tune_dataset_names(
+                self.returned, self.warm_start, ran_on, named=named, mlflow_namespace=namespace
+            )
+
+        return lineage.operator_lineage(names, self.log)

@@ -138,6 +138,20 @@ def test_promote_reads_the_checkpoint_and_writes_the_version_and_registry_only_w
     assert promote_dataset_names(None, None, REGISTRY) == ([], [])
 
 
+def test_an_mlflow_registry_is_named_by_its_model_version_in_the_tracking_servers_namespace() -> None:
+    decision = {"promoted": True, "version": "3", "tracking_uri": "http://mlflow:5000", "uri": CKPT}
+    inputs, outputs = promote_dataset_names(decision, CKPT, "models:/digits")
+    assert inputs == [("s3://ml-bucket", "experiments/retrain__tune__run1/trial_0001/checkpoint_000002")]
+    assert outputs == [("http://mlflow:5000", "models:/digits/3"), ("http://mlflow:5000", "models:/digits")]
+    assert promote_dataset_names({"promoted": False, "version": None}, CKPT, "models:/digits") == (inputs, [])
+    # A warm start from the same model reads the dataset the promotion wrote.
+    for warm_start in ("models:/digits", "models:/digits@champion"):
+        assert tune_dataset_names(None, warm_start, None, mlflow_namespace="http://mlflow:5000") == (
+            [("http://mlflow:5000", "models:/digits")],
+            [],
+        )
+
+
 # -- the operators' method, as the OpenLineage listener calls it ---------------------------------------------------
 
 
