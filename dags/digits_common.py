@@ -1,7 +1,8 @@
 """Settings shared by the example DAGs, from the environment so the same files run on the local stack and a cluster.
 
 AIRFLOW_TUNE_STORAGE_URI   where experiments and checkpoints go (default s3://airflow-tune/experiments)
-AIRFLOW_TUNE_REGISTRY_URI  the model registry (default s3://airflow-tune/models/digits)
+AIRFLOW_TUNE_REGISTRY_URI  the model registry: MLflow's Model Registry, models:/<name> (default models:/digits,
+                           through the mlflow_default connection), or one on S3, s3://bucket/models/<name>
 """
 
 from __future__ import annotations
@@ -13,7 +14,20 @@ from digits_tuning import PACKAGE_DIR
 from airflow_tune.registry import registry_asset
 
 STORAGE_URI = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
-REGISTRY_URI = os.environ.get("AIRFLOW_TUNE_REGISTRY_URI", "s3://airflow-tune/models/digits")
+REGISTRY_URI = os.environ.get("AIRFLOW_TUNE_REGISTRY_URI", "models:/digits")
 REGISTRY = registry_asset(REGISTRY_URI)
 # The trainables travel with each Ray job; a cluster without scikit-learn also needs pip=["scikit-learn"].
 SHIP_TRAINABLES = {"py_modules": [PACKAGE_DIR]}
+
+
+def champion_checkpoint_uri() -> str:
+    """What a deploy loads: ``models:/<name>@champion`` in MLflow (download_checkpoint resolves and verifies it), or
+    the champion's checkpoint in an S3 registry."""
+    if REGISTRY_URI.startswith("models:/"):
+        return f"{REGISTRY_URI}@champion"
+    from airflow_tune.registry import read_champion
+
+    champion = read_champion(REGISTRY_URI)
+    if champion is None:
+        raise ValueError(f"no champion in {REGISTRY_URI}: nothing to deploy")
+    return str(champion["uri"])

@@ -1,9 +1,13 @@
-"""Deploy whatever the registry's champion is, each time a promotion updates the registry (an Asset event)."""
+"""Deploy whatever the registry's champion is, each time a promotion updates the registry (an Asset event).
+
+With MLflow's Model Registry (the default) it loads ``models:/digits@champion``: the version under the alias, whose
+checkpoint is checked to be the one the promotion registered before it is unpickled.
+"""
 
 from __future__ import annotations
 
 from airflow.sdk import DAG, task
-from digits_common import REGISTRY, REGISTRY_URI
+from digits_common import REGISTRY, champion_checkpoint_uri
 
 with DAG(
     dag_id="digits_deploy_on_promotion",
@@ -14,16 +18,18 @@ with DAG(
 ) as dag:
 
     @task
-    def deploy_champion() -> dict:
+    def deploy_champion(**context) -> dict:
         from digits_tuning.serve import holdout_score, load_model
 
-        from airflow_tune.registry import read_champion
-
-        champion = read_champion(REGISTRY_URI)
-        if champion is None:
-            raise ValueError(f"no champion in {REGISTRY_URI}: nothing to deploy")
-        score = holdout_score(load_model(champion["uri"]))
-        print(f"[airflow-tune] serving version {champion['version']}: held-out accuracy {score:.4f}")
-        return {"version": champion["version"], "holdout_accuracy": score}
+        # The promotion that started this run names its version (none when the run was triggered by hand).
+        try:
+            events = list(context["triggering_asset_events"][REGISTRY])
+        except KeyError:
+            events = []
+        version = events[-1].extra.get("version") if events else None
+        uri = champion_checkpoint_uri()
+        score = holdout_score(load_model(uri))
+        print(f"[airflow-tune] serving {uri} (version {version}): held-out accuracy {score:.4f}")
+        return {"version": version, "model_uri": uri, "holdout_accuracy": score}
 
     deploy_champion()

@@ -2,6 +2,8 @@
 beats the deployed champion, then deploy it and smoke-test it on held-out data.
 
 Warm start: the search tries the current champion's config first, so next week's run starts from this week's best.
+The registry is MLflow's (``models:/digits``, through the ``mlflow_default`` connection) unless
+AIRFLOW_TUNE_REGISTRY_URI names another; the winner becomes a model version and the ``champion`` alias moves to it.
 """
 
 from __future__ import annotations
@@ -55,10 +57,12 @@ with DAG(
 
     @task
     def deploy_and_smoke_test(decision: dict) -> dict:
-        """Load the promoted model from the registry and score it on the held-out test set."""
+        """Load the promoted model from the registry (``models:/digits/<version>`` in MLflow) and score it on the
+        held-out test set."""
         from digits_tuning.serve import holdout_score, load_model
 
-        score = holdout_score(load_model(decision["uri"]))
+        model_uri = decision["model_uri"] if decision["model_uri"].startswith("models:/") else decision["uri"]
+        score = holdout_score(load_model(model_uri))
         if score < 0.8:
             raise ValueError(f"the promoted model scores {score:.3f} on held-out data, below the 0.8 floor")
         print(f"[airflow-tune] deployed version {decision['version']}: held-out accuracy {score:.4f}")

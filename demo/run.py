@@ -1,12 +1,15 @@
-"""`make demo`: the weekly retraining DAG end to end on a local Ray head and S3 endpoint, twice.
+"""`make demo`: the weekly retraining DAG end to end on a local Ray head, S3 endpoint and MLflow server, twice.
 
-Run 1 tunes, promotes the winner (no champion yet) and deploys it; run 2 tunes again, warm-started from the
-champion, and the gate decides whether the new winner beats it. Everything started here is stopped at the end.
+Run 1 tunes, promotes the winner into MLflow's Model Registry (no champion yet: version 1, alias ``champion``) and
+deploys it; run 2 tunes again, warm-started from the champion's config, and the gate decides whether the new winner
+beats it. At the end it prints the model's versions and the alias as MLflow has them. Everything started here is
+stopped at the end.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -14,6 +17,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The MLflow server's own virtualenv (make demo builds it: make mlflow-venv).
+MLFLOW_PYTHON = Path(os.environ.get("AIRFLOW_TUNE_MLFLOW_PYTHON", REPO / ".mlflow-venv" / "bin" / "python"))
 DAGS = REPO / "dags"
 STATE = Path(os.environ.get("AIRFLOW_TUNE_DEMO_DIR", REPO / ".stack" / "demo"))
 
@@ -68,6 +73,28 @@ def print_trials(result: dict) -> None:
         print(f"   {t['trial_id']:<14}{t['metrics'].get('training_iteration', '-'):>7}{shown:>14}  {config}")
 
 
+def print_registry(registry_uri: str) -> None:
+    """The registered model's versions and its champion alias, as the MLflow server has them."""
+    from airflow_tune.hooks.mlflow import MLflowHook
+
+    name = registry_uri.removeprefix("models:/")
+    hook = MLflowHook()
+    with hook.client() as client:
+        versions = sorted(client.search_model_versions(f"name = '{name}'"), key=lambda v: int(v.version))
+        champion = client.get_model_version_by_alias(name, "champion")
+    print(f"   MLflow model {name!r} at {hook.tracking_uri}: {len(versions)} version(s)")
+    for v in versions:
+        tags = v.tags or {}
+        mark = "  <- champion" if v.version == champion.version else ""
+        print(
+            f"     version {v.version} {v.status}: {tags.get('airflow_tune.metric')}={tags.get('airflow_tune.value')} "
+            f"trial {tags.get('airflow_tune.trial_id')}{mark}"
+        )
+    print(f"   alias champion -> version {champion.version} (models:/{name}@champion)")
+    print(f"     source {champion.source}")
+    print(f"     {hook.model_version_url(name, champion.version)}")
+
+
 def run_dag(dag, log_path: Path) -> dict:
     stop = threading.Event()
     log_path.write_text("")
@@ -105,14 +132,21 @@ def main() -> int:
 
     from airflow_tune.local import LocalStack
 
-    print("== Starting a local Ray head and S3 endpoint on 127.0.0.1")
-    stack = LocalStack(STATE, num_cpus=2)
+    if not MLFLOW_PYTHON.exists():
+        print(f"no MLflow virtualenv at {MLFLOW_PYTHON.parent.parent}: run `make mlflow-venv` (make demo does)")
+        return 1
+    # The S3 endpoint keeps nothing between demos, so neither may the MLflow store: its versions would name
+    # checkpoints that are gone.
+    shutil.rmtree(STATE / "mlflow", ignore_errors=True)
+    print("== Starting a local Ray head, S3 endpoint and MLflow server on 127.0.0.1")
+    stack = LocalStack(STATE, num_cpus=2, mlflow_python=MLFLOW_PYTHON)
     started = time.monotonic()
     try:
         state = stack.start()
         os.environ.update(state.env())
-        os.environ["AIRFLOW_TUNE_REGISTRY_URI"] = f"s3://{state.bucket}/models/digits"
+        os.environ["AIRFLOW_TUNE_REGISTRY_URI"] = "models:/digits"
         print(f"   Ray dashboard {state.dashboard_url}   S3 {state.s3_endpoint} (bucket {state.bucket})")
+        print(f"   MLflow {state.mlflow_url} (the model registry: models:/digits)")
 
         import importlib
 
@@ -149,6 +183,8 @@ def main() -> int:
             if outcome["state"] != "success":
                 print(f"   the DAG run ended {outcome['state']}; the Airflow log is at {log_path}")
                 return 1
+        print("\n== The model registry (MLflow)")
+        print_registry(os.environ["AIRFLOW_TUNE_REGISTRY_URI"])
         print(f"\n== Done in {time.monotonic() - started:.0f}s")
         return 0
     finally:

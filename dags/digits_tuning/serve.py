@@ -11,6 +11,8 @@ from digits_tuning.trainables import MODEL_FILE
 
 
 def load_model(checkpoint_uri: str) -> Any:
+    """The model in a checkpoint: ``s3://...``, or an MLflow model version (``models:/digits@champion``,
+    ``models:/digits/3``) that download_checkpoint resolves and checks is the one airflow-tune registered."""
     from airflow_tune.checkpoints import download_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="checkpoint-") as folder:
