@@ -72,16 +72,20 @@ def s3_client(stack):
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator:
+def cluster(request: pytest.FixtureRequest) -> Iterator:
     """The production shape on this machine: a Ray head offering no CPUs and two worker nodes of 1 CPU each, all run
     by the separate cluster virtualenv, each with its own temp dir, home and ports, and an S3 endpoint of their own.
 
     Yields the :class:`~airflow_tune.local.LocalStack` (its ``state`` says how to reach it), so a test can kill a
     worker; the environment points Airflow, Ray Jobs and S3 clients at it while the module runs. Module-scoped: the
     cluster lives only while its tests run, and is stopped even when they fail.
+
+    A module that sets ``CLUSTER_MLFLOW = True`` (one that runs the example DAGs' promotion into MLflow) also gets an
+    MLflow server in the stack; the others do not pay its start (30-90 s).
     """
     from airflow_tune.local import LocalStack
     from tests.support.cluster_venv import cluster_python
+    from tests.support.mlflow_server import mlflow_python
 
     local = LocalStack(
         Path(tempfile.mkdtemp(prefix="cluster-", dir=TEST_ROOT)),
@@ -90,6 +94,7 @@ def cluster() -> Iterator:
         worker_cpus=1,
         cluster_python=cluster_python(),
         airflow_home=os.environ["AIRFLOW_HOME"],
+        mlflow_python=mlflow_python() if getattr(request.module, "CLUSTER_MLFLOW", False) else None,
     )
     state = local.start()
     try:

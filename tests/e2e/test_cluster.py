@@ -33,8 +33,11 @@ from airflow_tune.operators.tune import RESULT_KEYS
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, run_id_for, stop_live_jobs, wait_for
 from tests.support.cluster_venv import CLUSTER_PYTHON
 from tests.support.head_loss import kill_head, lasting_thread, restart_exited_workers, saved_trials, start_new_head
+from tests.support.mlflow_server import MlflowRest
 
 REPO = Path(__file__).resolve().parents[2]
+# The retraining DAG promotes into MLflow's Model Registry (models:/digits): the cluster fixture adds a server.
+CLUSTER_MLFLOW = True
 
 PROBE = """\
 import importlib.util, json, os, sys
@@ -132,9 +135,9 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     ]
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(bundles))
     monkeypatch.syspath_prepend(str(REPO / "dags"))
-    for name in [
-        m for m in sys.modules if m.split(".")[0] in ("digits_common", "digits_retrain_weekly", "digits_tuning")
-    ]:
+    monkeypatch.delenv("AIRFLOW_TUNE_REGISTRY_URI", raising=False)  # the DAGs' default: models:/digits
+    examples = ("digits_common", "digits_retrain_weekly", "digits_deploy_on_promotion", "digits_tuning")
+    for name in [m for m in sys.modules if m.split(".")[0] in examples]:
         monkeypatch.delitem(sys.modules, name)
     dag = importlib.import_module("digits_retrain_weekly").dag
 
@@ -154,10 +157,21 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     assert set(node_of.values()) == set(state.worker_node_ids), (node_of, state.worker_node_ids)
     assert "node_id" not in result["best_metrics"]
 
+    # Promoted into MLflow: version 1 of models:/digits, its source the best checkpoint, the alias on it.
     decision = run.xcom("promote")
-    assert decision["promoted"] is True
+    assert decision["promoted"] is True and decision["version"] == "1", decision
+    assert decision["model_uri"] == "models:/digits/1" and decision["uri"] == result["best_checkpoint_uri"]
+    rest = MlflowRest(str(state.mlflow_url))
+    alias = rest.get("registered-models/alias", name="digits", alias="champion")["model_version"]
+    assert alias["version"] == "1" and alias["source"] == result["best_checkpoint_uri"]
     deployed = run.xcom("deploy_and_smoke_test")
     assert deployed["version"] == decision["version"] and deployed["holdout_accuracy"] >= 0.8
+
+    # The deploy DAG loads models:/digits@champion (verified against the version's tags) and serves it.
+    deploy = run_dag(importlib.import_module("digits_deploy_on_promotion").dag)
+    assert deploy.state == "success", (deploy.task_states(), deploy.errors("deploy_champion"))
+    served = deploy.xcom("deploy_champion")
+    assert served["model_uri"] == "models:/digits@champion" and served["holdout_accuracy"] >= 0.8, served
 
 
 # -- losing a node -------------------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ def airflow(stack: Any, prefix: str, tmp_path_factory: pytest.TempPathFactory) -
     env = {
         **stack.env(),
         "AIRFLOW_TUNE_STORAGE_URI": f"s3://{stack.bucket}/{prefix}/experiments",
+        # The S3 registry on purpose: the example DAGs' default is MLflow's (tested with dag.test in test_cluster and
+        # test_registry_mlflow); here the S3 path runs under the real scheduler, and no MLflow server is started.
         "AIRFLOW_TUNE_REGISTRY_URI": f"s3://{stack.bucket}/{prefix}/models/digits",
     }
     real = RealAirflow(tmp_path_factory.mktemp("real-airflow") / "home", REPO / "dags", env)
