@@ -95,6 +95,11 @@ class MLflowPromotion:
                     f"version {existing.version} of model {name!r} carries this promotion's name {version_name} but "
                     f"another checkpoint ({tags_of(existing).get(TAG + 'checkpoint_uri')}): refusing to reuse it"
                 )
+            if existing is not None and tags_of(existing).get(TAG + "checkpoint_digest") != digest:
+                raise PromotionError(
+                    f"the checkpoint {source} changed since an earlier try registered it as version "
+                    f"{existing.version} of model {name!r}: its listing no longer matches that version's digest"
+                )
             already = champion is not None and existing is not None and str(champion.version) == str(existing.version)
             if not source:
                 promoted, reason = False, "the best trial saved no checkpoint"

@@ -340,26 +340,32 @@ def test_every_argument_rendered_from_params_and_the_result_as_a_json_string(res
 # -- warm start and deploy-side loading ----------------------------------------------------------------------------
 @pytest.mark.timeout(240)
 def test_warm_start_from_the_mlflow_champion_and_without_one(rest, s3):
+    """One real tune run from ``models:/<name>@champion`` (rendered from a Param); the bare form and a model without
+    a champion through the operator's own warm-start step (what build_spec calls), which a tune run would not add to."""
+    from airflow.sdk import DAG
+
+    from tests.e2e.dags.promote_cases import WARM_SPACE, _warm_tune
     from tests.e2e.test_promote_dags import FILE as PROMOTE_CASES
     from tests.e2e.test_promote_dags import _manifest
 
     name = model()
     result = {**tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 0.2), "best_config": {"x": 2.5, "steps": 7}}
     run(promote_op(f"models:/{name}", result))
-    for uri in (f"models:/{name}", f"models:/{name}@champion"):
-        warm = run_dag(
-            load_dag("aft_warm_start_registry", PROMOTE_CASES), {"registry": uri}, logical_date=_unique_date()
-        )
-        assert warm.state == "success", (uri, warm.task_states(), warm.errors("tune"))
-        spec, manifest = _manifest(s3, warm.xcom("tune"))
-        assert spec["points_to_evaluate"] == [{"x": 2.5}], uri  # only the sampled key
-    cold = run_dag(
+    warm = run_dag(
         load_dag("aft_warm_start_registry", PROMOTE_CASES),
-        {"registry": f"models:/{model()}"},
+        {"registry": f"models:/{name}@champion"},
         logical_date=_unique_date(),
     )
-    assert cold.state == "success", (cold.task_states(), cold.errors("tune"))
-    assert not _manifest(s3, cold.xcom("tune"))[0].get("points_to_evaluate")
+    assert warm.state == "success", (warm.task_states(), warm.errors("tune"))
+    spec, manifest = _manifest(s3, warm.xcom("tune"))
+    assert spec["points_to_evaluate"] == [{"x": 2.5}]  # only the sampled key
+    assert manifest["num_trials"] == 2
+
+    with DAG(f"aft_warm_direct_{uuid.uuid4().hex[:8]}", schedule=None):
+        bare = _warm_tune("bare", f"models:/{name}")
+        missing = _warm_tune("missing", f"models:/{model()}@champion")
+    assert bare.warm_start_point(WARM_SPACE) == {"x": 2.5}
+    assert missing.warm_start_point(WARM_SPACE) is None
 
 
 @pytest.mark.timeout(120)

@@ -70,3 +70,31 @@ def test_importing_the_operators_and_checkpoints_imports_no_mlflow():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize(
+    ("registry", "words"),
+    [
+        ("models:/digits@champion", "an MLflow registry is models:/<name>"),
+        ("models:/digits/3", "an MLflow registry is models:/<name>"),
+        ("models:/", "an MLflow registry is models:/<name>"),
+    ],
+)
+def test_a_bad_mlflow_registry_fails_at_execute_before_the_connection_is_looked_up(registry, words):
+    from airflow.sdk import DAG
+
+    from airflow_tune.operators.promote import PromoteCheckpointOperator
+
+    result = {
+        "metric": "loss",
+        "mode": "min",
+        "best_metrics": {"loss": 0.1},
+        "experiment_uri": "s3://b/exp",
+        "best_checkpoint_uri": "s3://b/exp/t/checkpoint_000001",
+    }
+    with DAG("aft_unit_mlflow_registry", schedule=None):
+        op = PromoteCheckpointOperator(
+            task_id="promote", result=result, registry_uri=registry, mlflow_conn_id="no_such_connection"
+        )
+    with pytest.raises(ValueError, match=words):
+        op.execute({})  # type: ignore[arg-type]
