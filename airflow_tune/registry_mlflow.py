@@ -130,10 +130,13 @@ class MLflowRegistry:
             ) from exc
 
     def version_by_alias(self, alias: str) -> Any:
-        """The version under ``alias``, or None (no such model or alias)."""
-        return self.call(
-            f"read the alias {alias!r}", self.client.get_model_version_by_alias, self.name, alias, missing_ok=True
-        )
+        """The version under ``alias``, or None (no such model, or no such alias on it).
+
+        Read from the registered model's aliases: the server answers a missing alias with INVALID_PARAMETER_VALUE,
+        not RESOURCE_DOES_NOT_EXIST, which cannot be told from a real error without reading its message."""
+        model = self.call("read the registered model", self.client.get_registered_model, self.name, missing_ok=True)
+        number = (getattr(model, "aliases", None) or {}).get(alias) if model is not None else None
+        return None if number is None else self.get_version(str(number))
 
     def get_version(self, version: str) -> Any:
         return self.call(f"read version {version}", self.client.get_model_version, self.name, version, missing_ok=True)
