@@ -74,14 +74,16 @@ def versions(rest: MlflowRest, name: str) -> list[dict[str, Any]]:
 
 
 def champion(rest: MlflowRest, name: str) -> str | None:
+    """The version under the alias (from the model's aliases: a missing alias is a 400 from the alias endpoint)."""
     import urllib.error
 
     try:
-        return str(rest.get("registered-models/alias", name=name, alias="champion")["model_version"]["version"])
+        found = rest.get("registered-models/get", name=name)["registered_model"]
     except urllib.error.HTTPError as exc:
         if exc.code == 404:
             return None
         raise
+    return next((str(a["version"]) for a in found.get("aliases", []) if a["alias"] == "champion"), None)
 
 
 def register_foreign(rest: MlflowRest, name: str, source: str, tags: dict[str, str] | None = None) -> str:
