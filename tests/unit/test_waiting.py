@@ -114,7 +114,7 @@ def _operator(**kwargs: Any) -> RayTuneOperator:
 
 
 def test_the_blocking_wait_rides_out_an_unreachable_dashboard(monkeypatch):
-    from airflow_tune.operators import tune as operator_module
+    from airflow_tune.operators import tune_wait as operator_module
 
     clock = Clock()
     monkeypatch.setattr(operator_module.time, "monotonic", clock.monotonic)
@@ -125,7 +125,7 @@ def test_the_blocking_wait_rides_out_an_unreachable_dashboard(monkeypatch):
 
 
 def test_the_blocking_wait_fails_clearly_after_max_unreachable_s(monkeypatch):
-    from airflow_tune.operators import tune as operator_module
+    from airflow_tune.operators import tune_wait as operator_module
 
     clock = Clock()
     monkeypatch.setattr(operator_module.time, "monotonic", clock.monotonic)
