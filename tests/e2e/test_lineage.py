@@ -51,6 +51,9 @@ def test_complete_events_carry_the_experiment_best_checkpoint_and_registry_versi
             {"type": "file", "log_file_path": str(events_file), "append": True}
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow-tune-e2e",
+        # The listener gives up on an event after execution_timeout (10 s by default) and drops it: on a loaded
+        # machine (a full test run) the task process's emission can take longer. The events are the subject here.
+        "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
     }
     logical_date = datetime(2003, 3, 3, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
     args = [sys.executable, str(RUN_DAG), "aft_lineage", logical_date.isoformat(), json.dumps({"registry": registry})]
