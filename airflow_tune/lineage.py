@@ -131,6 +131,16 @@ def promote_dataset_names(
     return inputs, outputs
 
 
+def mlflow_namespace(warm_start: Any, mlflow_conn_id: str) -> str | None:
+    """The tracking server's URI, the namespace of a ``models:/`` warm start; None for any other warm start (no
+    connection is looked up)."""
+    if not (isinstance(warm_start, str) and warm_start.startswith("models:/")):
+        return None
+    from airflow_tune.hooks.mlflow import MLflowHook
+
+    return MLflowHook(mlflow_conn_id).tracking_uri
+
+
 def operator_lineage(names: Callable[[], tuple[list[Name], list[Name]]], log: Any) -> Any:
     """The OpenLineage provider's ``OperatorLineage`` of the datasets ``names()`` gives; an empty one (with a
     warning in the task log) when it raises, so lineage never fails a task. Imports the provider: call it only

@@ -324,8 +324,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
 
     def submit_experiment(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
         """Write the job's spec and submit the driver, with the trainable shipped by value when it must be."""
-        # Before anything is written or submitted: a tracking server that does not answer or refuses fails the task
-        # now, naming it; the engine runs on the cluster with the cluster's Ray.
+        # Before anything is written or submitted: the tracking server must answer; the engine runs on the cluster Ray.
         if spec.mlflow is not None:
             self.mlflow_hook.preflight()
         cluster_ray = self.hook.check_ray_version()
@@ -389,14 +388,13 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         ran_on = self.spec.experiment_uri if self.spec is not None and self.job_id else None
         named = lineage.named_dataset_uris(self.spec.trainable_kwargs) if self.spec is not None else []
 
-        def names() -> tuple[list[lineage.Name], list[lineage.Name]]:
-            namespace = None
-            if isinstance(self.warm_start, str) and self.warm_start.startswith("models:/"):
-                from airflow_tune.hooks.mlflow import MLflowHook
-
-                namespace = MLflowHook(self.mlflow_conn_id).tracking_uri
-            return lineage.tune_dataset_names(
-                self.returned, self.warm_start, ran_on, named=named, mlflow_namespace=namespace
-            )
-
-        return lineage.operator_lineage(names, self.log)
+        return lineage.operator_lineage(
+            lambda: lineage.tune_dataset_names(
+                self.returned,
+                self.warm_start,
+                ran_on,
+                named=named,
+                mlflow_namespace=lineage.mlflow_namespace(self.warm_start, self.mlflow_conn_id),
+            ),
+            self.log,
+        )

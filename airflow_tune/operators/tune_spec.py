@@ -69,7 +69,6 @@ class TuneSpecBuilder:
     mlflow_tracking: Any
     mlflow_conn_id: str
     aws_conn_id: str | None
-    mlflow_conn_id: str
     runtime_env: Any
     py_modules: list[str] | None
     working_dir: str | None
