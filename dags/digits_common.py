@@ -2,7 +2,8 @@
 
 AIRFLOW_TUNE_STORAGE_URI   where experiments and checkpoints go (default s3://airflow-tune/experiments)
 AIRFLOW_TUNE_REGISTRY_URI  the model registry: MLflow's Model Registry, models:/<name> (default models:/digits,
-                           through the mlflow_default connection), or one on S3, s3://bucket/models/<name>
+                           through the mlflow_default connection; the trials are then tracked in MLflow too), or one
+                           on S3, s3://bucket/models/<name>
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from airflow_tune.registry import registry_asset
 STORAGE_URI = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
 REGISTRY_URI = os.environ.get("AIRFLOW_TUNE_REGISTRY_URI", "models:/digits")
 REGISTRY = registry_asset(REGISTRY_URI)
+# With MLflow's registry, the trials are tracked on the same server (a run per trial under a parent run per DAG run),
+# and the promoted version links to the best trial's run.
+TRACK_IN_MLFLOW = REGISTRY_URI.startswith("models:/")
 # The trainables travel with each Ray job; a cluster without scikit-learn also needs pip=["scikit-learn"].
 SHIP_TRAINABLES = {"py_modules": [PACKAGE_DIR]}
 

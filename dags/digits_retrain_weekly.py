@@ -4,13 +4,15 @@ beats the deployed champion, then deploy it and smoke-test it on held-out data.
 Warm start: the search tries the current champion's config first, so next week's run starts from this week's best.
 The registry is MLflow's (``models:/digits``, through the ``mlflow_default`` connection) unless
 AIRFLOW_TUNE_REGISTRY_URI names another; the winner becomes a model version and the ``champion`` alias moves to it.
+With MLflow, each trial is also an MLflow run (experiment ``airflow-tune/digits_retrain_weekly/tune``, a parent run per
+DAG run), and the version names the best trial's run.
 """
 
 from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, task
-from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI
+from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI, TRACK_IN_MLFLOW
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
@@ -42,6 +44,7 @@ with DAG(
         # The 2 best by the metric (Tune keeps the 2 newest unless told by what to score them).
         checkpoint={"num_to_keep": 2, "score_attribute": "val_accuracy", "score_order": "max"},
         warm_start=REGISTRY_URI,
+        mlflow_tracking=TRACK_IN_MLFLOW,
         progress_interval_s=2.0,
         poll_interval=2.0,
         deferrable=True,

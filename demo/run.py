@@ -92,6 +92,8 @@ def print_registry(registry_uri: str) -> None:
         )
     print(f"   alias champion -> version {champion.version} (models:/{name}@champion)")
     print(f"     source {champion.source}")
+    if champion.run_id:
+        print(f"     from the best trial's MLflow run {champion.run_id}")
     print(f"     {hook.model_version_url(name, champion.version)}")
 
 
@@ -170,6 +172,12 @@ def main() -> int:
             counts = f"{result['num_terminated']} finished, {result['num_errored']} errored"
             print(f"   trials: {result['num_trials']} ({counts})")
             print(f"   best checkpoint: {result['best_checkpoint_uri']}")
+            tracking = result.get("mlflow")
+            if tracking:
+                print(
+                    f"   tracked in MLflow: experiment {tracking['experiment_id']}, parent run "
+                    f"{tracking['parent_run_id']}, best trial's run {tracking['best_run_id']}"
+                )
             print_checkpoint_keys(result)
             _, decision = tasks.get("promote", (None, None))
             if decision:

@@ -33,7 +33,7 @@ from airflow_tune.operators.tune import RESULT_KEYS
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, run_id_for, stop_live_jobs, wait_for
 from tests.support.cluster_venv import CLUSTER_PYTHON
 from tests.support.head_loss import kill_head, lasting_thread, restart_exited_workers, saved_trials, start_new_head
-from tests.support.mlflow_server import MlflowRest
+from tests.support.mlflow_server import MlflowRest, tags
 
 REPO = Path(__file__).resolve().parents[2]
 # The retraining DAG promotes into MLflow's Model Registry (models:/digits): the cluster fixture adds a server.
@@ -164,6 +164,13 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     rest = MlflowRest(str(state.mlflow_url))
     alias = rest.get("registered-models/alias", name="digits", alias="champion")["model_version"]
     assert alias["version"] == "1" and alias["source"] == result["best_checkpoint_uri"]
+    # The trials were tracked on the same server (the examples track when the registry is MLflow's): a run per trial
+    # under the DAG run's parent run, and the version names the best trial's run.
+    tracking = result["mlflow"]
+    assert tracking["best_run_id"] and alias["run_id"] == tracking["best_run_id"], (tracking, alias)
+    runs = rest.runs(tracking["experiment_id"])
+    trial_runs = [r for r in runs if tags(r).get("mlflow.parentRunId") == tracking["parent_run_id"]]
+    assert len(trial_runs) == 6 and all(r["info"]["status"] == "FINISHED" for r in trial_runs), trial_runs
     deployed = run.xcom("deploy_and_smoke_test")
     assert deployed["version"] == decision["version"] and deployed["holdout_accuracy"] >= 0.8
 
