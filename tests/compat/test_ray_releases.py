@@ -23,6 +23,7 @@ import pytest
 from airflow_tune.contract import RESULT_KEYS
 from tests.e2e.helpers import load_dag, run_dag
 from tests.support.compat_envs import RAY_RELEASES, ray_cluster_python
+from tests.support.mlflow_server import MlflowRest, mlflow_beside, tags
 
 TASKS = ("tune_import_path", "tune_function", "tune_class")
 
@@ -85,7 +86,11 @@ def release_stack(request, working_dir) -> Iterator[tuple[str, object]]:
         with pytest.MonkeyPatch.context() as patch:
             for key, value in state.env().items():
                 patch.setenv(key, value)
-            yield release, state
+            # A tracking server for the engine's MLflow callback on this release (the cluster virtualenv has the
+            # MLflow client, as the Ray image does).
+            with mlflow_beside(state, root / "mlflow-beside") as mlflow_url:
+                patch.setenv("AFT_RELEASE_MLFLOW", "1")
+                yield release, state, mlflow_url
     finally:
         local.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -97,7 +102,7 @@ def test_every_trainable_form_runs_on_the_release(release_stack):
 
     from airflow_tune.hooks.ray import RayHook
 
-    release, state = release_stack
+    release, state, mlflow_url = release_stack
     assert RayHook().check_ray_version() == release
 
     date = datetime(2004, 1, 1, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
@@ -119,3 +124,17 @@ def test_every_trainable_form_runs_on_the_release(release_stack):
         bucket, _, prefix = uri[len("s3://") :].partition("/")
         listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
         assert listed.get("KeyCount", 0) > 0, f"{task_id}: no checkpoint objects under {uri}"
+
+    # The class's trials were tracked by the engine's MLflow callback on this release: a run per trial under the
+    # parent, each with its loss at both iterations; the other tasks were not tracked.
+    assert [run.xcom(t)["mlflow"] for t in TASKS if t != "tune_class"] == [None] * (len(TASKS) - 1)
+    tracking = run.xcom("tune_class")["mlflow"]
+    rest = MlflowRest(mlflow_url)
+    trial_runs = [
+        r
+        for r in rest.runs(tracking["experiment_id"])
+        if tags(r).get("mlflow.parentRunId") == tracking["parent_run_id"]
+    ]
+    assert len(trial_runs) == 2 and {r["info"]["status"] for r in trial_runs} == {"FINISHED"}, trial_runs
+    for trial_run in trial_runs:
+        assert sorted(m["step"] for m in rest.history(trial_run["info"]["run_id"], "loss")) == [1, 2]

@@ -1,6 +1,7 @@
 """Trainables of every form in one DAG, for the compatibility tier (tests/compat/test_ray_releases.py): an import path
 shipped with ``working_dir``, and a function and a class written here, shipped by value. Each trial reports the Ray
-version it ran with (``ray_version``) and a checkpoint.
+version it ran with (``ray_version``) and a checkpoint. The class's trials are tracked in MLflow when
+``AFT_RELEASE_MLFLOW`` is set (the test runs a server then).
 
 The import path's module lives in ``AFT_RELEASE_WORKING_DIR`` (the test writes it there); without it the task is
 left out.
@@ -76,5 +77,7 @@ with DAG("aft_ray_releases", schedule=None, catchup=False, tags=["test"]) as ray
         trainable=TrainClass,
         stop={"training_iteration": 2},
         checkpoint={"frequency": 1},
+        # The engine's MLflow callback on the release, when the test runs a tracking server beside it.
+        mlflow_tracking=bool(os.environ.get("AFT_RELEASE_MLFLOW")),
         **common,
     )
