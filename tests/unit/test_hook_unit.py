@@ -203,7 +203,8 @@ def test_provider_info_registers_hook_connection_type_and_link():
     assert info["package-name"] == "airflow-tune"
     conn_types = {c["connection-type"]: c for c in info["connection-types"]}
     assert conn_types["ray"]["hook-class-name"] == "airflow_tune.hooks.ray.RayHook"
-    assert {"integration-name": "Ray Tune", "python-modules": ["airflow_tune.hooks.ray"]} in info["hooks"]
+    hooks = {"integration-name": "Ray Tune", "python-modules": ["airflow_tune.hooks.ray", "airflow_tune.hooks.mlflow"]}
+    assert hooks in info["hooks"]
     assert "airflow_tune.links.ray.RayJobLink" in info["extra-links"]
 
 
