@@ -120,9 +120,10 @@ lint: venv
 	$(VENV)/bin/ruff format --check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/mypy airflow_tune
 
-# Two pytest workers, each with its own Ray head, S3 endpoint and Airflow home (tests mostly wait on Ray and S3, so
-# two run side by side on two cores); a file's tests stay on one worker, so module-scoped stacks start once.
-TEST_WORKERS ?= 2
+# Three pytest workers, each with its own Ray head, S3 endpoint and Airflow home: tests mostly wait on Ray, S3 and
+# MLflow (a full run keeps the 2 cores about a third busy), so three run side by side; a file's tests stay on one
+# worker, so module-scoped stacks start once.
+TEST_WORKERS ?= 3
 test: lint browser cluster-venv mlflow-venv compat-envs
 	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
