@@ -122,10 +122,12 @@ lint: venv
 
 # Three pytest workers, each with its own Ray head, S3 endpoint and Airflow home: tests mostly wait on Ray, S3 and
 # MLflow (a full run keeps the 2 cores about a third busy), so three run side by side; a file's tests stay on one
-# worker, so module-scoped stacks start once.
+# worker, so module-scoped stacks start once. Every test's duration lands in .artifacts/test-durations.xml (JUnit), to
+# see which files hold the run's critical worker.
 TEST_WORKERS ?= 3
 test: lint browser cluster-venv mlflow-venv compat-envs
-	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile \
+	  --junitxml=.artifacts/test-durations.xml
 
 unit: venv
 	$(VENV)/bin/pytest -q -m unit
