@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 GATES = ("always", "better_than_champion", "threshold")
 
@@ -48,3 +49,21 @@ def gate_decision(
         return ok, f"{incomparable}: compared with nothing; {metric}={value}"
     ok = beats(value, champion_value, mode)
     return ok, f"{metric}={value} {'beats' if ok else 'does not beat'} champion {champion_value} ({mode})"
+
+
+def decision_record(
+    promoted: bool, reason: str, *, champion: Any, metric: str, mode: str, value: float | None
+) -> dict[str, Any]:
+    """A promote task's return value as the gate leaves it (both registries): ``version``, ``uri`` and ``model_uri``
+    are filled once the promotion is written."""
+    return {
+        "promoted": promoted,
+        "version": None,
+        "uri": None,
+        "model_uri": None,
+        "reason": reason,
+        "champion": champion,
+        "metric": metric,
+        "mode": mode,
+        "value": value,
+    }

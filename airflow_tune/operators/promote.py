@@ -20,7 +20,7 @@ from airflow_tune import jsonsafe
 from airflow_tune.compat import SkipMixin
 from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.gates import GATES, beats, gate_decision
+from airflow_tune.gates import GATES, beats, decision_record, gate_decision
 from airflow_tune.operators.promote_mlflow import MLflowPromotion
 from airflow_tune.registry import CHAMPION_FILE, read_champion, registry_asset, s3_client, split_s3_uri
 from airflow_tune.registry import list_checkpoint as _list_checkpoint
@@ -172,17 +172,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
                 champion_value=champion_value,
             )
         promoted, reason = decision
-        out: dict[str, Any] = {
-            "promoted": promoted,
-            "version": None,
-            "uri": None,
-            "model_uri": None,
-            "reason": reason,
-            "champion": champion,
-            "metric": metric,
-            "mode": mode,
-            "value": value,
-        }
+        out = decision_record(promoted, reason, champion=champion, metric=metric, mode=mode, value=value)
         self.returned = out
         if not promoted:
             return self.not_promoted(context, out)

@@ -59,7 +59,7 @@ class MLflowPromotion:
     def execute_mlflow(self, context: Context, result: dict[str, Any], threshold: float | None) -> dict[str, Any]:
         from airflow.sdk import Asset
 
-        from airflow_tune.gates import gate_decision
+        from airflow_tune.gates import decision_record, gate_decision
         from airflow_tune.registry import checkpoint_digest
         from airflow_tune.registry_mlflow import (
             CHAMPION_ALIAS,
@@ -125,16 +125,9 @@ class MLflowPromotion:
                     champion_value=tagged_value(champion_tags),
                     incomparable=incomparable,
                 )
+            described = describe(champion) if champion is not None else None
             out: dict[str, Any] = {
-                "promoted": promoted,
-                "version": None,
-                "uri": None,
-                "model_uri": None,
-                "reason": reason,
-                "champion": describe(champion) if champion is not None else None,
-                "metric": metric,
-                "mode": mode,
-                "value": value,
+                **decision_record(promoted, reason, champion=described, metric=metric, mode=mode, value=value),
                 "registered_model": name,
                 "version_name": version_name,
                 "tracking_uri": hook.tracking_uri,
