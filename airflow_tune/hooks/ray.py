@@ -244,21 +244,19 @@ class RayHook(BaseHook):
             self.check_ray_version()
         env = self.ship_local_code(merge_runtime_env(endpoint.runtime_env, runtime_env))
         self.log.info("Submitting Ray job %s to %s", submission_id, endpoint.url)
-        for attempt in submit_retrying():
-            with attempt:
-                if attempt.retry_state.attempt_number > 1:
-                    self.log.info(
-                        "No Ray job agent had registered yet (a new head?): submitting %s again", submission_id
-                    )
-                return self.get_conn().submit_job(
-                    entrypoint=entrypoint,
-                    submission_id=submission_id,
-                    runtime_env=env or None,
-                    metadata={**endpoint.metadata, **stringify_metadata(metadata)} or None,
-                    entrypoint_num_cpus=entrypoint_num_cpus,
-                    entrypoint_resources=entrypoint_resources or None,
-                )
-        raise AssertionError("unreachable: submit_retrying re-raises the last failure")
+
+        def again(_: object) -> None:
+            self.log.info("No Ray job agent has registered yet (a new head?): submitting %s again", submission_id)
+
+        return submit_retrying(before_sleep=again)(
+            self.get_conn().submit_job,
+            entrypoint=entrypoint,
+            submission_id=submission_id,
+            runtime_env=env or None,
+            metadata={**endpoint.metadata, **stringify_metadata(metadata)} or None,
+            entrypoint_num_cpus=entrypoint_num_cpus,
+            entrypoint_resources=entrypoint_resources or None,
+        )
 
     def ship_local_code(self, runtime_env: dict[str, Any]) -> dict[str, Any]:
         """``runtime_env`` with its local ``py_modules``/``working_dir`` uploaded and replaced by ``gcs://`` URIs.

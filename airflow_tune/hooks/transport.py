@@ -12,7 +12,7 @@ import asyncio
 import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -70,14 +70,18 @@ def nothing_submitted(exc: BaseException) -> bool:
     return isinstance(exc, RayDashboardUnavailable) and NO_AGENT_YET in str(exc)
 
 
-def submit_retrying() -> Retrying:
-    """Tenacity's loop for a submission: sent again only when :func:`nothing_submitted` (a submission is not
-    idempotent otherwise: a lost answer may hide a started job)."""
+def submit_retrying(before_sleep: Callable[[Any], None] | None = None) -> Retrying:
+    """Tenacity's retrier for a submission: sent again only when :func:`nothing_submitted` (a submission is not
+    idempotent otherwise: a lost answer may hide a started job).
+
+    :param before_sleep: called before each new try (to say so in the task log).
+    """
     return Retrying(
         stop=stop_after_attempt(SUBMIT_ATTEMPTS),
         wait=wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5),
         retry=retry_if_exception(nothing_submitted),
         reraise=True,
+        before_sleep=before_sleep,
     )
 
 
