@@ -37,6 +37,13 @@ from ray import tune
 
 from airflow_tune.contract import LOG_MARK
 from airflow_tune.engine.imports import EngineError
+from airflow_tune.engine.mlflow_values import (
+    METRICS_PER_BATCH,
+    PARAMS_PER_BATCH,
+    metrics_of,
+    params_of,
+    quoted,
+)
 from airflow_tune.spec import ExperimentSpec
 
 TAG_EXPERIMENT = "airflow_tune.experiment"
@@ -50,50 +57,6 @@ CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETR
 WARN_EVERY_S = 30.0
 #: How long the end of the experiment waits for the calls still queued.
 FLUSH_TIMEOUT_S = 120.0
-#: MLflow's limits (``mlflow.utils.validation``).
-MAX_KEY = 250
-MAX_PARAM_VALUE = 6000
-PARAMS_PER_BATCH = 100
-METRICS_PER_BATCH = 1000
-#: Result keys that are Tune's bookkeeping, not measurements.
-_NOT_METRICS = frozenset({"pid", "timestamp", "date", "hostname", "node_ip", "node_id", "trial_id", "experiment_tag"})
-_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-. /")
-
-
-def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as ``a/b`` keys (as Tune's MLflow logger writes them)."""
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        if isinstance(item, Mapping):
-            out.update(flatten(item, f"{name}/"))
-        else:
-            out[name] = item
-    return out
-
-
-def valid_key(key: str) -> bool:
-    return 0 < len(key) <= MAX_KEY and set(key) <= _KEY_CHARS and ".." not in key and not key.startswith("/")
-
-
-def params_of(config: Mapping[str, Any]) -> dict[str, str]:
-    """A trial's config as MLflow params: flattened, keys MLflow takes, values cut to MLflow's length."""
-    return {k: str(v)[:MAX_PARAM_VALUE] for k, v in flatten(config).items() if valid_key(k)}
-
-
-def metrics_of(result: Mapping[str, Any]) -> dict[str, float]:
-    """Every finite number a trial reported (nested ones flattened), without Tune's bookkeeping."""
-    out: dict[str, float] = {}
-    for key, value in flatten({k: v for k, v in result.items() if k != "config"}).items():
-        if key in _NOT_METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if math.isfinite(value) and valid_key(key):
-            out[key] = float(value)
-    return out
-
-
-def _quoted(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 class MLflowTracking(tune.Callback):
@@ -209,7 +172,7 @@ class MLflowTracking(tune.Callback):
                 return runs
 
     def _parent_run(self) -> str:
-        found = self._search(f"tags.`{TAG_EXPERIMENT}` = {_quoted(self.spec.name)} and tags.`{TAG_ROLE}` = 'parent'")
+        found = self._search(f"tags.`{TAG_EXPERIMENT}` = {quoted(self.spec.name)} and tags.`{TAG_ROLE}` = 'parent'")
         if found:
             run = min(found, key=lambda r: r.info.start_time or 0)  # the first, should two drivers have raced
             if run.info.status != "RUNNING":
@@ -229,7 +192,7 @@ class MLflowTracking(tune.Callback):
         return str(run.info.run_id)
 
     def _load_trial_runs(self) -> None:
-        for run in self._search(f"tags.`{TAG_PARENT}` = {_quoted(str(self.parent_run_id))}"):
+        for run in self._search(f"tags.`{TAG_PARENT}` = {quoted(str(self.parent_run_id))}"):
             trial_id = run.data.tags.get(TAG_TRIAL)
             if trial_id and trial_id not in self.runs:
                 self.runs[trial_id] = run.info.run_id
@@ -350,7 +313,7 @@ class MLflowTracking(tune.Callback):
                 self._statuses[run_id] = "RUNNING"
             return run_id
         found = self._search(
-            f"tags.`{TAG_PARENT}` = {_quoted(str(self.parent_run_id))} and tags.`{TAG_TRIAL}` = {_quoted(trial_id)}"
+            f"tags.`{TAG_PARENT}` = {quoted(str(self.parent_run_id))} and tags.`{TAG_TRIAL}` = {quoted(trial_id)}"
         )
         if found:
             run_id = str(found[0].info.run_id)

@@ -380,7 +380,7 @@ def test_a_server_down_at_the_start_fails_naming_it_and_later_failures_are_count
 
 
 def test_params_and_metrics_keep_within_mlflows_limits():
-    from airflow_tune.engine.mlflow_tracking import MAX_PARAM_VALUE, metrics_of, params_of
+    from airflow_tune.engine.mlflow_values import MAX_PARAM_VALUE, metrics_of, params_of
 
     params = params_of({"ok": "v" * 7000, "k" * 300: 1, "bad key!": 2, "a": {"b": [1, 2]}})
     assert params == {"ok": "v" * MAX_PARAM_VALUE, "a/b": "[1, 2]"}
