@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 from airflow_tune import jsonsafe
 from airflow_tune.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE, describe_owner, owner_differs
@@ -48,6 +47,8 @@ from airflow_tune.plugins.experiment_bounds import (
     flat_config,
     leaf,
     number,
+    safe_link,
+    tracking_links,
 )
 from airflow_tune.plugins.experiment_files import ExperimentFiles, load_files, rank_key, row, select_rows
 
@@ -88,13 +89,6 @@ def cell(value: Any) -> str:
     if isinstance(value, float) and number(value) is not None:
         return f"{value:.6g}"
     return cut(value, TEXT_CHARS)
-
-
-def safe_link(url: Any) -> str | None:
-    """Only http(s) links reach the page (a ``javascript:`` URL in an XCom must not become a link)."""
-    if isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) <= URI_CHARS:
-        return cut(url, URI_CHARS)
-    return None
 
 
 def experiment_name(facts: TaskFacts) -> str:
@@ -381,25 +375,6 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
         },
     }
     return jsonsafe.strict(view)  # type: ignore[no-any-return]
-
-
-def tracking_links(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Links to the MLflow experiment, its parent run and each listed trial's run
-    (``<ui_url or tracking_uri>/#/experiments/<id>/runs/<run_id>``, ids URL-quoted), each an http(s) URL or None."""
-    if not tracking or not tracking.get("experiment_id") or not safe_link(tracking.get("base_url")):
-        return None
-    experiment = f"{str(tracking['base_url']).rstrip('/')}/#/experiments/{quote(tracking['experiment_id'], safe='')}"
-
-    def run(run_id: Any) -> str | None:
-        return safe_link(f"{experiment}/runs/{quote(str(run_id), safe='')}") if run_id else None
-
-    return {
-        "experiment_url": safe_link(experiment),
-        "parent_run_url": run(tracking.get("parent_run_id")),
-        "runs": {trial_id: run(run_id) for trial_id, run_id in tracking.get("runs", {}).items()},
-        "errors": tracking.get("errors", 0),
-        "last_error": tracking.get("last_error"),
-    }
 
 
 def _promotion(decision: Mapping[str, Any] | None) -> dict[str, Any] | None:
