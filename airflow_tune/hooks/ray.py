@@ -21,6 +21,7 @@ from airflow.sdk import BaseHook
 from airflow_tune.exceptions import AirflowTuneException, RayConnectionError, RayJobNotFoundError
 from airflow_tune.hooks.connection import RayEndpoint, merge_runtime_env, stringify_metadata
 from airflow_tune.hooks.status_poll import JobWatch, shared_job_status, watch
+from airflow_tune.hooks.submission import submit_once
 from airflow_tune.hooks.transport import (
     CONNECT_TIMEOUT,
     AsyncTransport,
@@ -30,7 +31,6 @@ from airflow_tune.hooks.transport import (
     quote_id,
     retrying,
     status_error,
-    submit_retrying,
     translate_error,
 )
 
@@ -235,7 +235,8 @@ class RayHook(BaseHook):
             (:meth:`check_ray_version`), so a mismatch fails before anything is submitted.
 
         A submission Ray handed to no job agent (none had registered yet, as on a head that just started) is sent
-        again a few times; any other failure is raised, since the job may have started.
+        again a few times. One whose answer was lost (dropped connection, timeout, HTTP 5xx) is settled by looking the
+        job up by its id: found with this entrypoint and metadata, it is this submission; not found, it is sent again.
 
         Local ``py_modules``/``working_dir`` paths are uploaded first (see :func:`ship_local_code`).
         """
@@ -244,19 +245,15 @@ class RayHook(BaseHook):
             self.check_ray_version()
         env = self.ship_local_code(merge_runtime_env(endpoint.runtime_env, runtime_env))
         self.log.info("Submitting Ray job %s to %s", submission_id, endpoint.url)
-
-        def again(_: object) -> None:
-            self.log.info("No Ray job agent has registered yet (a new head?): submitting %s again", submission_id)
-
-        return submit_retrying(before_sleep=again)(
-            self.get_conn().submit_job,
-            entrypoint=entrypoint,
-            submission_id=submission_id,
-            runtime_env=env or None,
-            metadata={**endpoint.metadata, **stringify_metadata(metadata)} or None,
-            entrypoint_num_cpus=entrypoint_num_cpus,
-            entrypoint_resources=entrypoint_resources or None,
-        )
+        fields = {
+            "entrypoint": entrypoint,
+            "submission_id": submission_id,
+            "runtime_env": env or None,
+            "metadata": {**endpoint.metadata, **stringify_metadata(metadata)} or None,
+            "entrypoint_num_cpus": entrypoint_num_cpus,
+            "entrypoint_resources": entrypoint_resources or None,
+        }
+        return submit_once(self.get_conn(), fields, self.log)
 
     def ship_local_code(self, runtime_env: dict[str, Any]) -> dict[str, Any]:
         """``runtime_env`` with its local ``py_modules``/``working_dir`` uploaded and replaced by ``gcs://`` URIs.

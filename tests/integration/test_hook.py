@@ -7,9 +7,11 @@ import json
 import os
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -351,3 +353,96 @@ def test_the_engine_package_is_uploaded_once_per_content_and_jobs_run_from_it(ho
         assert _wait_terminal(hook, job_id) == "SUCCEEDED", hook.get_job_logs(job_id)
         assert marker in hook.get_job_logs(job_id), "the job did not import the uploaded package"
         assert hook.get_conn().get_job_info(job_id)["runtime_env"]["py_modules"] == [f"gcs://{name}"]
+
+
+# -- a submission whose answer is lost: a proxy in front of the real head drops it ---------------------------------
+
+
+class _DroppingProxy(BaseHTTPRequestHandler):
+    """Forwards every request to the real dashboard, except the first ``POST /api/jobs/``: its connection is closed
+    without an answer, after Ray took the request (``drop = "answer"``) or before it reached Ray (``"request"``)."""
+
+    upstream = ""
+    drop = "answer"
+    posts_forwarded = 0
+    dropped = 0
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        is_submit = self.command == "POST" and self.path == "/api/jobs/"
+        if is_submit and not type(self).dropped and type(self).drop == "request":
+            type(self).dropped += 1
+            self.close_connection = True
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length", "connection")}
+        request = urllib.request.Request(self.upstream + self.path, data=body, headers=headers, method=self.command)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                status, data, content_type = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as exc:
+            status, data, content_type = exc.code, exc.read(), exc.headers.get("Content-Type", "")
+        if is_submit:
+            type(self).posts_forwarded += 1
+            if not type(self).dropped:
+                type(self).dropped += 1
+                self.close_connection = True
+                return
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = _forward  # noqa: N815 - http.server's naming
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def dropping(stack, monkeypatch) -> Iterator[type[_DroppingProxy]]:
+    _DroppingProxy.upstream = stack.dashboard_url
+    _DroppingProxy.posts_forwarded = _DroppingProxy.dropped = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DroppingProxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    conn = {"host": "127.0.0.1", "port": server.server_address[1], "password": stack.auth_token}
+    monkeypatch.setenv(*_conn_env("ray_dropping", **conn))
+    try:
+        yield _DroppingProxy
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("drop", ["answer", "request"])
+def test_a_submission_whose_answer_is_lost_is_one_job(dropping, drop, capfd):
+    """Ray's dashboard drops the answers in flight when it restarts its job module (under load): the hook looks the
+    job up by its id, and sends it again only when Ray never saw it. Either way: one job, which runs."""
+    dropping.drop = drop
+    hook = RayHook(ray_conn_id="ray_dropping")
+    submission_id = f"hook-it-lost-{drop}-{uuid.uuid4().hex[:8]}"
+    returned = hook.submit_job(
+        entrypoint="python -c \"print('once')\"",
+        submission_id=submission_id,
+        metadata={"case": drop},
+        entrypoint_num_cpus=0.1,
+    )
+    said = "".join(capfd.readouterr())
+    assert returned == submission_id
+    assert dropping.dropped == 1
+    assert dropping.posts_forwarded == 1, "Ray received the submission exactly once"
+    assert f"The answer to submitting Ray job {submission_id} was lost" in said
+    assert ("created by the submission whose answer was lost" if drop == "answer" else "submitting it again") in said
+    assert [j["submission_id"] for j in hook.find_jobs({"case": drop})].count(submission_id) == 1
+    assert _wait_terminal(hook, submission_id) == "SUCCEEDED"
+    assert "once" in hook.get_job_logs(submission_id)
+
+
+def test_a_lost_answer_under_an_id_another_job_holds_is_refused(dropping, hook, hello_job):
+    """The id is taken by another job (another entrypoint): that job is not this submission's, and is left alone."""
+    dropping.drop = "request"
+    with pytest.raises(RayJobError, match="already exists .* is not this submission"):
+        RayHook(ray_conn_id="ray_dropping").submit_job(entrypoint="python -c pass", submission_id=hello_job["id"])
+    assert hook.get_job_info(hello_job["id"])["entrypoint"].startswith('python -c "import os')

@@ -263,17 +263,31 @@ def test_importing_hook_and_link_loads_no_heavy_modules():
 
 
 class _SubmitAnswers:
-    """A Jobs client whose submissions fail with the given errors first, then succeed."""
+    """A Jobs client whose submissions fail with the given errors first, then succeed; it knows the jobs ``jobs``
+    (``None`` for an id whose lookup fails with no answer)."""
 
-    def __init__(self, *errors: Exception) -> None:
+    address = "http://127.0.0.1:8265"
+
+    def __init__(self, *errors: Exception, jobs: dict | None = None) -> None:
         self.errors = list(errors)
+        self.jobs = dict(jobs or {})
         self.calls = 0
+        self.lookups = 0
 
     def submit_job(self, **fields) -> str:
         self.calls += 1
         if self.errors:
             raise self.errors.pop(0)
+        self.jobs[fields["submission_id"]] = {"entrypoint": fields["entrypoint"], "metadata": fields["metadata"] or {}}
         return fields["submission_id"]
+
+    def get_job_info(self, job_id: str) -> dict:
+        self.lookups += 1
+        if job_id not in self.jobs:
+            raise RayJobNotFoundError(f"Ray job {job_id!r} not found")
+        if self.jobs[job_id] is None:
+            raise RayDashboardUnavailable("Cannot reach the Ray dashboard: Connection refused")
+        return self.jobs[job_id]
 
 
 def _hook_with(client: _SubmitAnswers) -> RayHook:
@@ -293,14 +307,71 @@ def test_a_submission_no_job_agent_took_is_sent_again_and_any_other_failure_is_n
     client = _SubmitAnswers(no_agent, no_agent)
     assert _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False) == "j"
     assert client.calls == 3
-    # Any other 5xx may hide a started job: raised at once, for the caller to look before submitting again.
+    # Any other 5xx may hide a started job: not sent again blindly (the lost answer is settled by a lookup, below).
     other = _status_error(500, "Traceback ...\nKeyError: 'x'", url=url, action="submit", job_id="j")
-    client = _SubmitAnswers(other)
-    with pytest.raises(RayDashboardUnavailable, match="KeyError"):
-        _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False)
+    client = _SubmitAnswers(other, jobs={"j": {"entrypoint": "true", "metadata": {}}})
+    assert _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False) == "j"
     assert client.calls == 1
     # An agent that never registers: the last answer is the failure, after a bounded number of tries.
     client = _SubmitAnswers(*[no_agent] * 10)
     with pytest.raises(RayDashboardUnavailable, match="No available agent"):
         _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False)
     assert client.calls == 4
+
+
+# -- a submission whose answer was lost ----------------------------------------------------------------------------
+_DROPPED = RayDashboardUnavailable(
+    "Cannot reach the Ray dashboard at http://127.0.0.1:8265 to submit job 'j': ('Connection aborted.', "
+    "RemoteDisconnected('Remote end closed connection without response'))"
+)
+
+
+def _submit(client: _SubmitAnswers, **fields) -> str:
+    return _hook_with(client).submit_job(entrypoint="true", submission_id="j", same_ray_version=False, **fields)
+
+
+def test_a_lost_answer_whose_job_ray_created_is_that_job_and_nothing_is_sent_again():
+    client = _SubmitAnswers(_DROPPED, jobs={"j": {"entrypoint": "true", "metadata": {"run": "r1"}}})
+    assert _submit(client, metadata={"run": "r1"}) == "j"
+    assert (client.calls, client.lookups) == (1, 1)
+
+
+def test_a_lost_answer_whose_job_ray_never_saw_is_sent_again_once():
+    client = _SubmitAnswers(_DROPPED)
+    assert _submit(client) == "j"
+    assert (client.calls, client.lookups) == (2, 1)
+    assert client.jobs["j"]["entrypoint"] == "true"
+
+
+def test_a_lost_answer_then_already_exists_is_the_first_request_arriving_late():
+    # Looked up too early (not there yet), sent again, and Ray says the id is taken: by the first request.
+    exists = _status_error(400, "Job with submission_id j already exists.", url="u", action="submit", job_id="j")
+
+    class LateArrival(_SubmitAnswers):
+        def submit_job(self, **fields) -> str:
+            if self.calls == 1:
+                self.jobs["j"] = {"entrypoint": "true", "metadata": {}}
+            return super().submit_job(**fields)
+
+    client = LateArrival(_DROPPED, exists)
+    assert _submit(client) == "j"
+    assert (client.calls, client.lookups) == (2, 2)
+
+
+def test_a_lost_answer_under_an_id_another_job_holds_is_refused_naming_the_id():
+    client = _SubmitAnswers(_DROPPED, jobs={"j": {"entrypoint": "python other.py", "metadata": {}}})
+    with pytest.raises(RayJobError, match="'j' already exists .* is not this submission"):
+        _submit(client)
+    client = _SubmitAnswers(_DROPPED, jobs={"j": {"entrypoint": "true", "metadata": {"run": "r0"}}})
+    with pytest.raises(RayJobError, match="is not this submission"):
+        _submit(client, metadata={"run": "r1"})
+    assert client.calls == 1
+
+
+def test_a_lost_answer_and_a_dashboard_that_never_answers_again_fails_saying_to_look_first(monkeypatch):
+    monkeypatch.setattr("tenacity.nap.time.sleep", lambda s: None)
+    monkeypatch.setattr("airflow_tune.hooks.submission.SETTLE_SECONDS", 0.0)
+    client = _SubmitAnswers(_DROPPED, jobs={"j": None})
+    with pytest.raises(RayDashboardUnavailable, match="RemoteDisconnected.*look for it before submitting it again"):
+        _submit(client)
+    assert client.calls == 1
