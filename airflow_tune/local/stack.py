@@ -22,6 +22,7 @@ the state (``mlflow_url``), in the clients' environment (``MLFLOW_TRACKING_URI``
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -51,6 +52,8 @@ from airflow_tune.local.state import (
     stop_from_state,
     write_state,
 )
+
+log = logging.getLogger(__name__)
 
 #: Seconds the MLflow server may take to answer: it imports MLflow twice (the CLI, then its uvicorn worker) and
 #: creates its database's tables: 24 to 32 s on this project's 2-core machine beside another test run, 88 s inside a
@@ -210,7 +213,7 @@ class LocalStack:
                 self.state.mlflow_pid = mlflow_proc.pid
             if self.airflow:
                 prepare_airflow_home(airflow_home, self.state.airflow_env())
-            wait_jobs_api(self.state.dashboard_url, timeout, ray_proc, token=self.auth_token)
+            self._head_serving(ray_proc, timeout)
             if self.workers:
                 self.state.head_node_id = wait_new_node(self.state.dashboard_url, set(), timeout, token=self.auth_token)
                 for index in range(self.workers):
@@ -223,6 +226,26 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
+
+    def _head_serving(self, ray_proc: subprocess.Popen, timeout: float) -> None:
+        """Wait for the head's Jobs API. A head whose ``ray start`` gave up on its dashboard (Ray before 2.60 waits
+        20 s for it, which a loaded machine can exceed) is started once more, on fresh ports."""
+        state = self.state
+        assert state is not None
+        try:
+            wait_jobs_api(state.dashboard_url, timeout, ray_proc, token=self.auth_token)
+            return
+        except StackError as exc:
+            if ray_proc.poll() is None:
+                raise
+            log.warning("The Ray head did not start (%s); starting it once more", exc)
+        shutil.rmtree(state.ray_temp_dir, ignore_errors=True)
+        os.makedirs(state.ray_temp_dir)
+        state.gcs_port, state.dashboard_port = fresh_port(self._ports), fresh_port(self._ports)
+        ports = (state.gcs_port, state.dashboard_port, state.s3_port)
+        ray_proc = self._nodes.start(state.ray_temp_dir, *ports, worker=None)
+        state.ray_pid = ray_proc.pid
+        wait_jobs_api(state.dashboard_url, timeout, ray_proc, token=self.auth_token)
 
     def stop(self) -> list[int]:
         """Stop what this stack started; return the process ids it stopped."""

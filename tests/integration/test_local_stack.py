@@ -38,11 +38,29 @@ def _keys(state) -> dict[str, str]:
 
 
 def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
-    """The ``with`` path the tests and the demo use; its normal exit is the session stack's and ``down``'s path."""
+    """The ``with`` path the tests and the demo use; its normal exit is the session stack's and ``down``'s path.
+
+    Its first head exits before serving, as ``ray start`` does when its dashboard is slower than it waits for (20 s
+    before Ray 2.60) on a loaded machine: the stack starts the head once more."""
+    import sys
+
     local = LocalStack(tmp_path / "s", airflow=False)
+    real_start = local._nodes.start
+    heads: list[int] = []
+
+    def first_head_exits(temp_dir, gcs_port, dashboard_port, s3_port, *, worker):
+        if not heads:
+            proc = local._processes.spawn([sys.executable, "-c", "raise SystemExit(1)"], "ray.log", dict(os.environ))
+        else:
+            proc = real_start(temp_dir, gcs_port, dashboard_port, s3_port, worker=worker)
+        heads.append(dashboard_port)
+        return proc
+
+    local._nodes.start = first_head_exits  # type: ignore[method-assign]
     started: set[int] = set()
     with pytest.raises(RuntimeError, match="boom"):
         with local as state:
+            assert len(heads) == 2 and state.dashboard_port == heads[1] != heads[0]
             _serves(state)
             started = tree(state.ray_pid) | tree(state.s3_pid)
             assert len(started) > 3, "a Ray head runs several processes"
