@@ -1,18 +1,15 @@
 """The local stack's MLflow tracking server (issue 24): a real ``mlflow server`` from its own virtualenv, its store in
 the stack's folder and its artifacts on the stack's S3 endpoint; Tune's MLflow logger, named in the spec, logs each
-trial there from the cluster virtualenv's driver; and the server is stopped by its process id with the stack, also
-when the stack's owner is killed."""
+trial there from the cluster virtualenv's driver; and the server is stopped by its process id with the stack (also
+when the stack's owner is killed: tests/integration/test_local_cluster.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,39 +143,3 @@ def test_up_serves_mlflow_with_its_store_in_the_stack_and_artifacts_on_s3_and_do
     assert down.returncode == 0, down.stderr
     assert started and alive(started) == set()
     assert not (root / LocalStack.STATE_FILE).exists()
-
-
-def test_the_server_stops_when_the_stacks_owner_is_killed(tmp_path):
-    """``mlflow server`` runs uvicorn as a child: both stop when the stack's owner dies by SIGKILL (the CLI is told by
-    the kernel and forwards it to uvicorn; the stack's reaper stops whatever of the tree is left)."""
-    script = (
-        "import json, sys, time\n"
-        "from airflow_tune.local import LocalStack\n"
-        f"state = LocalStack({str(tmp_path / 's')!r}, airflow=False, mlflow_python={str(mlflow_python())!r}).start()\n"
-        "print(json.dumps([state.mlflow_pid, state.ray_pid, state.s3_pid, state.ray_temp_dir]), flush=True)\n"
-        "time.sleep(600)\n"
-    )
-    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    started: set[int] = set()
-    server: set[int] = set()
-    ray_temp_dir = None
-    try:
-        assert owner.stdout is not None
-        mlflow_pid, ray_pid, s3_pid, ray_temp_dir = json.loads(owner.stdout.readline())
-        server = tree(mlflow_pid)
-        started = server | tree(ray_pid) | tree(s3_pid)
-        assert len(server) >= 2
-        os.kill(owner.pid, signal.SIGKILL)
-        owner.wait(timeout=10)
-        deadline = time.monotonic() + 60
-        while alive(started) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert alive(server) == set(), "the MLflow server or its worker outlived the stack's owner"
-        assert alive(started) == set()
-    finally:
-        for pid in alive(started):
-            stop_process_tree(pid, grace=2)
-        if owner.poll() is None:
-            owner.kill()
-        if ray_temp_dir:
-            shutil.rmtree(ray_temp_dir, ignore_errors=True)
