@@ -37,14 +37,18 @@ def _keys(state) -> dict[str, str]:
     }
 
 
-def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
-    """The ``with`` path the tests and the demo use; its normal exit is the session stack's and ``down``'s path.
+def test_a_stack_serves_runs_a_job_and_stops_clean_also_when_the_body_raises(tmp_path, monkeypatch):
+    """The ``with`` path the tests and the demo use (its normal exit is the session stack's and ``down``'s path), on the
+    one cluster of the suite with Ray's auth disabled: clients that send no token are served and run a job.
 
     Its first head exits before serving, as ``ray start`` does when its dashboard is slower than it waits for (20 s
     before Ray 2.60) on a loaded machine: the stack starts the head once more."""
     import sys
 
-    local = LocalStack(tmp_path / "s", airflow=False)
+    from airflow_tune.hooks.ray import RayHook
+    from tests.support.engine_jobs import wait
+
+    local = LocalStack(tmp_path / "s", airflow=False, auth=False)
     real_start = local._nodes.start
     heads: list[int] = []
 
@@ -61,7 +65,15 @@ def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         with local as state:
             assert len(heads) == 2 and state.dashboard_port == heads[1] != heads[0]
+            assert state.auth_token is None and state.auth_headers == {}
             _serves(state)
+            for key, value in state.env().items():
+                monkeypatch.setenv(key, value)
+            assert "password" not in json.loads(os.environ["AIRFLOW_CONN_RAY_DEFAULT"])
+            hook = RayHook()
+            job_id = hook.submit_job(entrypoint="python -c \"print('no auth')\"", submission_id="noauth-1")
+            assert wait(state, job_id, timeout=60) == "SUCCEEDED"
+            assert "no auth" in hook.get_job_logs(job_id)
             started = tree(state.ray_pid) | tree(state.s3_pid)
             assert len(started) > 3, "a Ray head runs several processes"
             ray_temp_dir = state.ray_temp_dir
@@ -69,23 +81,6 @@ def test_stack_serves_and_stops_clean_also_when_the_body_raises(tmp_path):
     assert started and alive(started) == set()
     assert not (tmp_path / "s" / "stack.json").exists()
     assert not os.path.exists(ray_temp_dir)
-
-
-def test_a_stack_without_auth_serves_clients_that_send_no_token_and_runs_a_job(tmp_path, monkeypatch):
-    """The one cluster of the suite with Ray's auth disabled: everything works without a token there too."""
-    from airflow_tune.hooks.ray import RayHook
-    from tests.support.engine_jobs import wait
-
-    with LocalStack(tmp_path / "noauth", airflow=False, auth=False) as state:
-        assert state.auth_token is None and state.auth_headers == {}
-        _serves(state)
-        for key, value in state.env().items():
-            monkeypatch.setenv(key, value)
-        assert "password" not in json.loads(os.environ["AIRFLOW_CONN_RAY_DEFAULT"])
-        hook = RayHook()
-        job_id = hook.submit_job(entrypoint="python -c \"print('no auth')\"", submission_id="noauth-1")
-        assert wait(state, job_id, timeout=60) == "SUCCEEDED"
-        assert "no auth" in hook.get_job_logs(job_id)
 
 
 def test_cli_up_env_down(tmp_path):
