@@ -303,14 +303,17 @@ class RayHook(BaseHook):
         return newest_first([job for job in self.list_jobs() if metadata_matches(job["metadata"], metadata_filter)])
 
     def stop_job(self, job_id: str) -> bool:
-        """Ask Ray to stop a job; return whether it was still running.
+        """Ask Ray to stop a job; return whether it was still running. Stopping is idempotent, so a stop whose answer
+        was lost is sent again like a read (its answer is then False if the first stop already ended the job).
 
         :param job_id: the submission id (or Ray job id).
         """
         client = self.get_conn()
         self.log.info("Stopping Ray job %s on %s", job_id, self.endpoint.url)
-        with self._translated(f"stop job {job_id!r}", job_id=job_id):
-            return client.stop_job(job_id)
+        for attempt in retrying():
+            with attempt, self._translated(f"stop job {job_id!r}", job_id=job_id):
+                return client.stop_job(job_id)
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     def get_job_logs(self, job_id: str) -> str:
         """Return a job's driver log so far.

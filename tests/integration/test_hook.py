@@ -364,13 +364,15 @@ class _DroppingProxy(BaseHTTPRequestHandler):
 
     upstream = ""
     drop = "answer"
+    #: The POST whose first answer (or request) is dropped.
+    target = "/api/jobs/"
     posts_forwarded = 0
     dropped = 0
 
     def _forward(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
-        is_submit = self.command == "POST" and self.path == "/api/jobs/"
+        is_submit = self.command == "POST" and self.path == type(self).target
         if is_submit and not type(self).dropped and type(self).drop == "request":
             type(self).dropped += 1
             self.close_connection = True
@@ -403,6 +405,7 @@ class _DroppingProxy(BaseHTTPRequestHandler):
 @pytest.fixture
 def dropping(stack, monkeypatch) -> Iterator[type[_DroppingProxy]]:
     _DroppingProxy.upstream = stack.dashboard_url
+    _DroppingProxy.target = "/api/jobs/"
     _DroppingProxy.posts_forwarded = _DroppingProxy.dropped = 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _DroppingProxy)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -446,3 +449,19 @@ def test_a_lost_answer_under_an_id_another_job_holds_is_refused(dropping, hook, 
     with pytest.raises(RayJobError, match="already exists .* is not this submission"):
         RayHook(ray_conn_id="ray_dropping").submit_job(entrypoint="python -c pass", submission_id=hello_job["id"])
     assert hook.get_job_info(hello_job["id"])["entrypoint"].startswith('python -c "import os')
+
+
+def test_a_stop_whose_answer_is_lost_is_sent_again_and_the_job_stops(dropping, hook):
+    """Stopping is idempotent: the hook sends it again instead of failing (Ray's second answer is True while the job
+    is still stopping, False once it stopped), and the job stops."""
+    submission_id = f"hook-it-stop-lost-{uuid.uuid4().hex[:8]}"
+    hook.submit_job(
+        entrypoint='python -c "import time; time.sleep(60)"', submission_id=submission_id, entrypoint_num_cpus=0.1
+    )
+    deadline = time.monotonic() + 60
+    while hook.get_job_status(submission_id) == "PENDING" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    dropping.target = f"/api/jobs/{quote_id(submission_id)}/stop"
+    assert RayHook(ray_conn_id="ray_dropping").stop_job(submission_id) in (True, False)
+    assert (dropping.dropped, dropping.posts_forwarded) == (1, 2), "Ray took the first stop, then was asked again"
+    assert _wait_terminal(hook, submission_id, timeout=30) == "STOPPED"
