@@ -405,6 +405,7 @@ class _DroppingProxy(BaseHTTPRequestHandler):
 @pytest.fixture
 def dropping(stack, monkeypatch) -> Iterator[type[_DroppingProxy]]:
     _DroppingProxy.upstream = stack.dashboard_url
+    _DroppingProxy.drop = "answer"
     _DroppingProxy.target = "/api/jobs/"
     _DroppingProxy.posts_forwarded = _DroppingProxy.dropped = 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _DroppingProxy)
@@ -461,7 +462,7 @@ def test_a_stop_whose_answer_is_lost_is_sent_again_and_the_job_stops(dropping, h
     deadline = time.monotonic() + 60
     while hook.get_job_status(submission_id) == "PENDING" and time.monotonic() < deadline:
         time.sleep(0.3)
-    dropping.target = f"/api/jobs/{quote_id(submission_id)}/stop"
+    dropping.drop, dropping.target = "answer", f"/api/jobs/{quote_id(submission_id)}/stop"
     assert RayHook(ray_conn_id="ray_dropping").stop_job(submission_id) in (True, False)
     assert (dropping.dropped, dropping.posts_forwarded) == (1, 2), "Ray took the first stop, then was asked again"
     assert _wait_terminal(hook, submission_id, timeout=30) == "STOPPED"
