@@ -114,14 +114,20 @@ def test_reused_submission_id_is_refused(hook, hello_job):
         hook.submit_job(entrypoint="true", submission_id=hello_job["id"])
 
 
-def test_stop_long_running_job(hook):
-    submission_id = f"hook-it-sleep-{uuid.uuid4().hex[:8]}"
+def _sleeping_job(hook: RayHook, prefix: str) -> str:
+    """A job that sleeps for a minute, once it is past PENDING."""
+    submission_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
     hook.submit_job(
         entrypoint='python -c "import time; time.sleep(60)"', submission_id=submission_id, entrypoint_num_cpus=0.1
     )
     deadline = time.monotonic() + 60
     while hook.get_job_status(submission_id) == "PENDING" and time.monotonic() < deadline:
         time.sleep(0.3)
+    return submission_id
+
+
+def test_stop_long_running_job(hook):
+    submission_id = _sleeping_job(hook, "hook-it-sleep")
     assert hook.stop_job(submission_id) is True
     assert _wait_terminal(hook, submission_id, timeout=30) == "STOPPED"
     assert hook.stop_job(submission_id) is False
@@ -455,13 +461,7 @@ def test_a_lost_answer_under_an_id_another_job_holds_is_refused(dropping, hook, 
 def test_a_stop_whose_answer_is_lost_is_sent_again_and_the_job_stops(dropping, hook):
     """Stopping is idempotent: the hook sends it again instead of failing (Ray's second answer is True while the job
     is still stopping, False once it stopped), and the job stops."""
-    submission_id = f"hook-it-stop-lost-{uuid.uuid4().hex[:8]}"
-    hook.submit_job(
-        entrypoint='python -c "import time; time.sleep(60)"', submission_id=submission_id, entrypoint_num_cpus=0.1
-    )
-    deadline = time.monotonic() + 60
-    while hook.get_job_status(submission_id) == "PENDING" and time.monotonic() < deadline:
-        time.sleep(0.3)
+    submission_id = _sleeping_job(hook, "hook-it-stop-lost")
     dropping.drop, dropping.target = "answer", f"/api/jobs/{quote_id(submission_id)}/stop"
     assert RayHook(ray_conn_id="ray_dropping").stop_job(submission_id) in (True, False)
     assert (dropping.dropped, dropping.posts_forwarded) == (1, 2), "Ray took the first stop, then was asked again"
