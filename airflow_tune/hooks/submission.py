@@ -12,14 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential_jitter
-
 from airflow_tune.exceptions import RayDashboardUnavailable, RayJobError, RayJobNotFoundError
-from airflow_tune.hooks.transport import nothing_submitted, submit_retrying
+from airflow_tune.hooks.transport import nothing_submitted, retrying, submit_retrying
 
 if TYPE_CHECKING:
-    import logging
-
     from airflow_tune.hooks.jobs_client import JobsClient
 
 #: How long a dashboard that lost an answer is waited for before the submission fails (a restarting job module of
@@ -27,7 +23,7 @@ if TYPE_CHECKING:
 SETTLE_SECONDS = 60.0
 
 
-def submit_once(client: JobsClient, fields: Mapping[str, Any], log: logging.Logger | Any) -> str:
+def submit_once(client: JobsClient, fields: Mapping[str, Any], log: Any) -> str:
     """Submit ``fields`` and return the submission id of the one job they made.
 
     :param client: the Jobs API client.
@@ -63,7 +59,7 @@ def settle_lost_submission(
     fields: Mapping[str, Any],
     lost: RayDashboardUnavailable,
     submit: Callable[..., str],
-    log: logging.Logger | Any,
+    log: Any,
 ) -> str:
     """Return the submission id once the job surely exists, created by this submission (found, or sent again).
 
@@ -97,14 +93,8 @@ def settle_lost_submission(
 
 
 def _job_if_any(client: JobsClient, submission_id: str, lost: RayDashboardUnavailable) -> dict[str, Any] | None:
-    retrying = Retrying(
-        stop=stop_after_delay(SETTLE_SECONDS),
-        wait=wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5),
-        retry=retry_if_exception_type(RayDashboardUnavailable),
-        reraise=True,
-    )
     try:
-        for attempt in retrying:
+        for attempt in retrying(within=SETTLE_SECONDS):
             with attempt:
                 try:
                     return client.get_job_info(submission_id)

@@ -22,6 +22,7 @@ from tenacity import (
     retry_if_exception,
     retry_if_exception_type,
     stop_after_attempt,
+    stop_after_delay,
     wait_exponential_jitter,
 )
 
@@ -44,18 +45,22 @@ CONNECT_TIMEOUT = 10.0
 ATTEMPTS = 3
 
 
-def _policy(attempts: int) -> dict[str, Any]:
+def _policy(attempts: int, within: float | None = None) -> dict[str, Any]:
     return {
-        "stop": stop_after_attempt(attempts),
+        "stop": stop_after_attempt(attempts) if within is None else stop_after_delay(within),
         "wait": wait_exponential_jitter(multiplier=0.5, max=4.0, jitter=0.5),
         "retry": retry_if_exception_type(RayDashboardUnavailable),
         "reraise": True,
     }
 
 
-def retrying(attempts: int = ATTEMPTS) -> Retrying:
-    """Tenacity's loop for an idempotent sync call: ``for attempt in retrying(): with attempt: ...``."""
-    return Retrying(**_policy(attempts))
+def retrying(attempts: int = ATTEMPTS, *, within: float | None = None) -> Retrying:
+    """Tenacity's loop for an idempotent sync call: ``for attempt in retrying(): with attempt: ...``.
+
+    :param attempts: tries in all.
+    :param within: seconds to keep trying instead (a caller that must wait out a restarting dashboard).
+    """
+    return Retrying(**_policy(attempts, within))
 
 
 #: Ray's answer to a submission while no job agent has registered yet (a head just started or restarted): the
