@@ -193,6 +193,7 @@ RESULT_KEYS = (
     "best_config",
     "best_metrics",
     "best_checkpoint_uri",
+    "best_checkpoint_digest",
     "num_trials",
     "num_terminated",
     "num_errored",

@@ -40,7 +40,13 @@ from airflow_tune.contract import (
     result_succeeded,
     spec_file_bytes,
 )
-from airflow_tune.exceptions import ExperimentConflictError, ExperimentStorageError, RayConnectionError, RayJobError
+from airflow_tune.exceptions import (
+    ExperimentConflictError,
+    ExperimentStorageError,
+    RayConnectionError,
+    RayJobError,
+    RayJobNotFoundError,
+)
 from airflow_tune.following import ProgressFollower
 from airflow_tune.spec import ExperimentSpec, fingerprint_of, identity_differences
 
@@ -80,12 +86,14 @@ def find_experiment(hook: RayHook, spec: ExperimentSpec) -> FoundExperiment:
     if recorded is not None:
         refuse_other_owner(spec, _owner_in(recorded), None)
         refuse_other_question(spec, fingerprint_of(recorded), None, recorded)
-    result = storage.read_json_or_none(manifest_uri(spec.experiment_uri, RESULT_FILE))
-    if result is not None and result_succeeded(result):
+    result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
+    data = storage.read_bytes_or_none(result_uri)
+    result = _json_of(data, result_uri) if data is not None else None
+    if data is not None and result is not None and result_succeeded(result):
         refuse_other_owner(spec, _owner_in(result), None)
         refuse_other_question(spec, result.get("fingerprint") or "<none>", None, recorded)
         believe_result(spec, result)
-        return FoundExperiment(jobs=jobs, result=result)
+        return FoundExperiment(jobs=jobs, result=proven_result(hook, spec.experiment_uri, data, owner=spec.owner))
     return FoundExperiment(jobs=jobs)
 
 
@@ -227,15 +235,79 @@ def print_progress(follower: ProgressFollower, log: Any) -> None:
         log.info("%s", line)
 
 
-def read_result(experiment_uri: str, job_id: str | None, spec: ExperimentSpec | None = None) -> dict[str, Any]:
-    """The finished experiment's ``result.json``; believed only when it is ``spec``'s, when a spec is given."""
+def read_result(
+    hook: RayHook,
+    experiment_uri: str,
+    job_id: str | None,
+    spec: ExperimentSpec | None = None,
+    *,
+    reader: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The finished experiment's ``result.json``, believed only when the job it names sealed exactly its bytes (see
+    :func:`proven_result`) and, given ``spec``, when it is ``spec``'s; a ``reader`` (a sensor's ``{"dag_id"}``) needs
+    only its DAG to be the owner's."""
     result_uri = manifest_uri(experiment_uri, RESULT_FILE)
-    result = storage.read_json_or_none(result_uri)
-    if result is None:
+    data = storage.read_bytes_or_none(result_uri)
+    if data is None:
         raise RayJobError(f"Ray job {job_id} succeeded but wrote no result at {result_uri}")
     if spec is not None:
-        believe_result(spec, result)
-    return dict(result)
+        believe_result(spec, _json_of(data, result_uri))
+    if spec is not None:
+        return proven_result(hook, experiment_uri, data, owner=spec.owner)
+    return proven_result(hook, experiment_uri, data, owner=reader, same_dag_only=True)
+
+
+def proven_result(
+    hook: RayHook, experiment_uri: str, data: bytes, *, owner: Mapping[str, Any] | None, same_dag_only: bool = False
+) -> dict[str, Any]:
+    """``result.json``'s bytes as a dict, when the Ray job it names vouched for exactly these bytes in its log.
+
+    Storage writers can write any file, and compute every field a result is checked against; they cannot change a
+    job's metadata (fixed at submission) or its log (served by the dashboard). So the job the result names must be
+    this experiment's (its metadata names ``experiment_uri`` and, given ``owner``, that owner) and its log's last
+    ``sealed result.json`` line must carry the digest of ``data``; else :class:`ExperimentStorageError`.
+    """
+    from airflow_tune.provenance import sealed_digests
+
+    where = manifest_uri(experiment_uri, RESULT_FILE)
+    result = _json_of(data, where)
+    job_id = result.get("job_id")
+    refused = f"the result at {where} is not believed"
+    if not isinstance(job_id, str) or not job_id:
+        raise ExperimentStorageError(f"{refused}: it names no Ray job that wrote it")
+    try:
+        info = hook.get_job_info(job_id)
+    except RayJobNotFoundError:
+        raise ExperimentStorageError(
+            f"{refused}: the Ray job it names ({job_id[:200]}) is unknown to the cluster (restarted, or another "
+            "cluster), so nothing proves that job wrote it. Run the experiment again under a new experiment_name "
+            "(or remove its folder)"
+        ) from None
+    metadata = info.get("metadata") or {}
+    theirs = {k: metadata.get(v) for k, v in METADATA_OWNER.items()}
+    if metadata.get(METADATA_EXPERIMENT_URI) != experiment_uri or owner_differs(
+        theirs, owner, same_dag_only=same_dag_only
+    ):
+        raise ExperimentStorageError(f"{refused}: the Ray job it names ({job_id[:200]}) ran another experiment")
+    sealed = sealed_digests(hook.get_job_logs(job_id), RESULT_FILE)
+    if not sealed or sealed[-1] != digest_of(data):
+        raise ExperimentStorageError(
+            f"{refused}: its bytes are not the ones Ray job {job_id} wrote (digest {digest_of(data)}, the job's log "
+            f"vouches for {sealed[-1] if sealed else 'none'}); something changed it in storage after the job ended"
+        )
+    return result
+
+
+def _json_of(data: bytes, where: str) -> dict[str, Any]:
+    import json
+
+    try:
+        parsed = json.loads(data)
+    except ValueError:
+        raise ExperimentStorageError(f"the result at {where} is not JSON") from None
+    if not isinstance(parsed, dict):
+        raise ExperimentStorageError(f"the result at {where} is not a JSON object")
+    return parsed
 
 
 def job_failure(hook: RayHook, job_id: str, status: str, message: str | None = None) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_tune.spec.naming import StorageLocation, parse_storage_uri
@@ -111,6 +112,14 @@ def read_bytes(uri: str) -> bytes:
     fs, path = resolve(uri)
     with fs.open_input_stream(path) as stream:
         return bytes(stream.read())
+
+
+def read_bytes_or_none(uri: str) -> bytes | None:
+    """A whole file's bytes, or None when there is no file at ``uri``."""
+    try:
+        return read_bytes(uri)
+    except FileNotFoundError:
+        return None
 
 
 #: How many times a JSON file is read before one that does not parse counts as malformed, and the first pause
@@ -234,3 +243,26 @@ def download_dir(uri: str, local_dir: str) -> str:
     os.makedirs(local_dir, exist_ok=True)
     pyarrow.fs.copy_files(path, local_dir, source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
     return local_dir
+
+
+def file_digests(uri: str) -> dict[str, str]:
+    """``{relative path: "sha256:<hex>"}`` of every file below ``uri`` (pyarrow's 0-byte folder markers left out),
+    each streamed once."""
+    import pyarrow.fs
+
+    from airflow_tune.provenance import CHUNK, digest_stream
+
+    fs, path = resolve(uri)
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=True, allow_not_found=True))
+    out: dict[str, str] = {}
+    for info in infos:
+        if info.type != pyarrow.fs.FileType.File:
+            continue
+        out[info.path[len(path.rstrip("/")) + 1 :]] = digest_stream(_chunks(fs, info.path, CHUNK))
+    return out
+
+
+def _chunks(fs: pyarrow.fs.FileSystem, path: str, size: int) -> Iterator[bytes]:
+    with fs.open_input_stream(path) as stream:
+        while chunk := stream.read(size):
+            yield bytes(chunk)

@@ -144,6 +144,7 @@ def run(spec: ExperimentSpec) -> int:
     from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
     from airflow_tune.engine.progress import ProgressCallback, bounded_result, build_result_manifest
+    from airflow_tune.engine.sealing import record_checkpoint_digests, write_sealed
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
     check_spec_unchanged(spec)
@@ -193,6 +194,7 @@ def run(spec: ExperimentSpec) -> int:
         )
         return EXIT_INTERRUPTED
     manifest = build_result_manifest(spec, grid, job_id=os.environ.get(JOB_ID_ENV))
+    record_checkpoint_digests(manifest)
     if unfinished:
         say(f"Tune ended the experiment ({stop_reason(spec, manifest)}) and stopped {len(unfinished)} trials: {shown}")
     failure = failure_reason(spec, manifest)
@@ -206,7 +208,7 @@ def run(spec: ExperimentSpec) -> int:
             trial["mlflow_run_id"] = manifest["mlflow"]["runs"].get(trial["trial_id"])
     # Every row first, then the bounded result: result.json is what says the experiment finished.
     storage.write_json(manifest_uri(spec.experiment_uri, TRIALS_FILE), {"trials": manifest["trials"]})
-    storage.write_json(result_uri, bounded_result(spec, manifest))
+    write_sealed(result_uri, RESULT_FILE, bounded_result(spec, manifest))
     for trial in manifest["trials"]:
         if trial["error"]:
             where = f" (full text: {trial['path']}/error.txt)" if trial.get("path") else ""

@@ -51,9 +51,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         or a list any of which stops: ``[{"metric": "loss", "below": 0.1}, {"name": "trial_plateau", "args":
         {"std": 0.01}}]`` (thresholds ``above``/``below``, and Tune's ``trial_plateau``, ``experiment_plateau``,
         ``maximum_iteration`` and ``timeout`` stoppers with their arguments).
-    :param callbacks: Tune callbacks added to the run: loggers by name (``"csv"``, ``"json"``, ``"tbx"``,
-        ``{"name": "mlflow", "args": {...}}``, ``"wandb"``; no credentials in their arguments: set those in the
-        cluster's environment) and custom ``tune.Callback`` classes or factories by import path (``"pkg.mod:Cb"`` or
+    :param callbacks: Tune callbacks added to the run: loggers by name (``"csv"``, ``"json"``, ``"tbx"``, ``"wandb"``,
+        ``{"name": "mlflow", "args": {...}}``; no credentials in their arguments, a ``tracking_uri`` as the DAG file
+        wrote it) and custom ``tune.Callback`` classes or factories by import path (``"pkg.mod:Cb"`` or
         ``{"factory": "pkg.mod:make", "args": {...}}``; code, so written in the DAG file or allow-listed).
     :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``
         (also ``"pkg.mod:fn"``).
@@ -183,8 +183,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
             "search": code.literal_import_paths(search),
             "callbacks": code.literal_import_paths(callbacks),
         }
-        # Node pins ({"node:<ip>": 0.01}) place trials on chosen machines: only the DAG file may write them.
+        # Node pins ({"node:<ip>": 0.01}) and loggers' URLs choose machines and servers: only the DAG file writes them.
         self.literal_node_pins = code.literal_node_pins(resources_per_trial)
+        self.literal_destinations = code.literal_destinations(callbacks)
         self.storage_path = storage_path
         # The storage root the DAG file wrote (before rendering): a rendered storage_path must stay under it.
         self.literal_storage_root = roots.literal_root(storage_path)
@@ -361,7 +362,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:
         """The XCom result of a finished job, or a task failure that says why the job did not succeed."""
         if status == "SUCCEEDED":
-            return self._xcom_result(reconcile.read_result(experiment_uri, job_id, self.spec), job_id)
+            return self._xcom_result(reconcile.read_result(self.hook, experiment_uri, job_id, self.spec), job_id)
         raise RayJobError(reconcile.job_failure(self.hook, job_id, status, message))
 
     def _xcom_result(self, result: dict[str, Any], job_id: str | None) -> dict[str, Any]:
@@ -387,7 +388,6 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
 
         ran_on = self.spec.experiment_uri if self.spec is not None and self.job_id else None
         named = lineage.named_dataset_uris(self.spec.trainable_kwargs) if self.spec is not None else []
-
         return lineage.operator_lineage(
             lambda: lineage.tune_dataset_names(
                 self.returned,

@@ -138,7 +138,7 @@ class RayTuneSensor(BaseSensorOperator):
                     f"experiment {self.experiment_uri} failed: {result.get('num_errored')} trials errored"
                 )
             if result is not None:
-                return PokeReturnValue(is_done=True, xcom_value=self._shape(result))
+                return PokeReturnValue(is_done=True, xcom_value=self._result())
         if self.target is not None and self.experiment_uri:
             progress = storage.read_json_or_none(manifest_uri(self.experiment_uri, PROGRESS_FILE))
             if best_reaches(progress, self.target, self.target_mode):  # type: ignore[arg-type]
@@ -163,7 +163,8 @@ class RayTuneSensor(BaseSensorOperator):
         raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
 
     def _result(self) -> dict[str, Any]:
-        return self._shape(reconcile.read_result(self.experiment_uri or self._experiment_uri_of_job(), self.job_id))
+        uri = self.experiment_uri or self._experiment_uri_of_job()
+        return self._shape(reconcile.read_result(self.hook, uri, self.job_id, reader=self._reader()))
 
     def _experiment_uri_of_job(self) -> str:
         info = self.hook.get_job_info(str(self.job_id))
@@ -172,9 +173,12 @@ class RayTuneSensor(BaseSensorOperator):
             raise ValueError(f"Ray job {self.job_id} was not started by RayTuneOperator; pass experiment_uri")
         return str(uri)
 
+    def _reader(self) -> dict[str, Any] | None:
+        return {"dag_id": self.dag_id} if self.has_dag() else None
+
     def _check_reader(self, manifest: Any) -> None:
         """The sensor reads experiments of its own DAG only (a templated experiment_uri is data): refuse another's."""
-        reader = {"dag_id": self.dag_id} if self.has_dag() else None
+        reader = self._reader()
         theirs = manifest.get("owner") if isinstance(manifest, dict) else None
         if owner_differs(theirs, reader, same_dag_only=True):
             raise RayJobError(
@@ -203,6 +207,7 @@ class RayTuneSensor(BaseSensorOperator):
             "best_config": best.get("config"),
             "best_metrics": {progress.get("metric"): best.get("value")},
             "best_checkpoint_uri": None,
+            "best_checkpoint_digest": None,
             "num_trials": progress.get("num_trials"),
             "num_terminated": counts.get("TERMINATED", 0),
             "num_errored": counts.get("ERROR", 0),

@@ -13,9 +13,19 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.contract import METADATA_EXPERIMENT, METADATA_FINGERPRINT, METADATA_SPEC_DIGEST, METADATA_SPEC_URI
-from airflow_tune.exceptions import ExperimentConflictError, ExperimentStorageError, RayJobError
+from airflow_tune import jsonsafe
+from airflow_tune.contract import (
+    METADATA_EXPERIMENT,
+    METADATA_EXPERIMENT_URI,
+    METADATA_FINGERPRINT,
+    METADATA_SPEC_DIGEST,
+    METADATA_SPEC_URI,
+    RESULT_FILE,
+    digest_of,
+)
+from airflow_tune.exceptions import ExperimentConflictError, ExperimentStorageError, RayJobError, RayJobNotFoundError
 from airflow_tune.operators.tune import RayTuneOperator
+from airflow_tune.provenance import seal_line
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
 
@@ -151,6 +161,7 @@ class FakeJobs:
         self.submit_errors = submit_errors or []
         self.submitted: list[dict[str, Any]] = []
         self.listings = 0
+        self.logs: dict[str, str] = {}
 
     def check_ray_version(self) -> str:
         return "2.60.0"
@@ -171,6 +182,15 @@ class FakeJobs:
     def job_url(self, job_id: str) -> str:
         return f"http://ray/#/jobs/{job_id}"
 
+    def get_job_info(self, job_id: str) -> dict[str, Any]:
+        for job in self.jobs:
+            if job["submission_id"] == job_id:
+                return job
+        raise RayJobNotFoundError(f"no job {job_id}")
+
+    def get_job_logs(self, job_id: str) -> str:
+        return self.logs.get(job_id, "")
+
 
 @pytest.fixture
 def files(monkeypatch) -> dict[str, Any]:
@@ -179,7 +199,19 @@ def files(monkeypatch) -> dict[str, Any]:
     monkeypatch.setattr("airflow_tune.storage.read_json_or_none", lambda uri: json.loads(json.dumps(stored.get(uri))))
     monkeypatch.setattr("airflow_tune.storage.write_json", stored.__setitem__)
     monkeypatch.setattr("airflow_tune.storage.write_bytes", lambda uri, data: stored.__setitem__(uri, json.loads(data)))
+    monkeypatch.setattr(
+        "airflow_tune.storage.read_bytes_or_none", lambda uri: _bytes(stored[uri]) if uri in stored else None
+    )
     return stored
+
+
+def _bytes(manifest: Any) -> bytes:
+    return jsonsafe.dumps(manifest, indent=1, sort_keys=True).encode()
+
+
+def _sealed(manifest: Any) -> str:
+    """A job log in which the engine vouched for ``manifest`` as its result.json."""
+    return "some output\n" + seal_line(RESULT_FILE, digest_of(_bytes(manifest))) + "\n"
 
 
 def _op(space: dict[str, Any] | None = None) -> RayTuneOperator:
@@ -211,6 +243,7 @@ def _live(spec_op: RayTuneOperator, files: dict[str, Any], job_id: str = "exp-1"
     uri = f"s3://bkt/exps/exp/.airflow_tune/jobs/{job_id}-abc.json"
     files[uri] = spec.to_dict()
     metadata = {METADATA_EXPERIMENT: "exp", METADATA_FINGERPRINT: spec.fingerprint(), METADATA_SPEC_URI: uri}
+    metadata[METADATA_EXPERIMENT_URI] = spec.experiment_uri
     metadata.update(airflow_dag_id="d", airflow_task_id="tune", airflow_map_index="-1")
     return {"submission_id": job_id, "status": status, "metadata": metadata}
 
@@ -253,7 +286,29 @@ def test_a_finished_result_of_the_same_spec_is_returned(files):
     result = _result(spec)
     files["s3://bkt/exps/exp/.airflow_tune/result.json"] = result
     jobs = FakeJobs([_live(_op(), files, status="SUCCEEDED")])
+    jobs.logs["exp-1"] = _sealed(result)
     assert _resume(_op(), jobs) == ("exp-1", result) and jobs.submitted == []
+
+
+@pytest.mark.parametrize(
+    ("log", "jobs_known", "refusal"),
+    [
+        ("", True, "vouches for none"),
+        ("other", True, "its bytes are not the ones Ray job exp-1 wrote"),
+        ("sealed", False, "unknown to the cluster"),
+    ],
+    ids=["no-seal", "another-digest", "job-gone"],
+)
+def test_a_stored_result_is_believed_only_when_its_job_vouched_for_its_bytes(files, log, jobs_known, refusal):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    files["s3://bkt/exps/exp/.airflow_tune/spec.json"] = spec.to_dict()
+    result = _result(spec)
+    files["s3://bkt/exps/exp/.airflow_tune/result.json"] = result
+    jobs = FakeJobs([_live(_op(), files, status="SUCCEEDED")] if jobs_known else [])
+    jobs.logs["exp-1"] = {"": "", "other": _sealed({**result, "best_config": {"x": 2}}), "sealed": _sealed(result)}[log]
+    with pytest.raises(ExperimentStorageError, match=refusal):
+        _resume(_op(), jobs)
+    assert jobs.submitted == []
 
 
 def _result(spec: Any, **changes: Any) -> dict[str, Any]:
