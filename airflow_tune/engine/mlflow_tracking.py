@@ -2,8 +2,10 @@
 
 - **Parent run**: found by the tags ``airflow_tune.experiment=<name>`` and ``airflow_tune.role=parent`` in the MLflow
   experiment ``spec.mlflow["experiment_name"]``, else created (run name: the experiment's name; tags: the owner's
-  dag_id, task_id and run_id, and the spec's tags). At the end it gets the best trial's metric and run id and ends
-  FINISHED, or FAILED when the experiment failed, or KILLED when the driver was stopped.
+  dag_id, task_id, map_index and run_id, and the spec's tags; see :mod:`~airflow_tune.engine.mlflow_tags`). One found
+  is adopted only when its owner tags are the spec's owner, else the job fails at the start, before any trial and
+  before anything is written to it. At the end it gets the best trial's metric and run id and ends FINISHED, or
+  FAILED when the experiment failed, or KILLED when the driver was stopped.
 - **Trial runs**: one per trial, found by ``airflow_tune.trial_id`` under the parent (``mlflow.parentRunId``), else
   created with the flattened config as params. Every numeric metric the trial reports is logged at
   ``step=training_iteration``; the run ends FINISHED, FAILED (errored) or KILLED (stopped by Tune or a stop signal).
@@ -37,6 +39,7 @@ from ray import tune
 
 from airflow_tune.contract import LOG_MARK
 from airflow_tune.engine.imports import EngineError
+from airflow_tune.engine.mlflow_tags import TAG_EXPERIMENT, TAG_PARENT, TAG_ROLE, TAG_TRIAL, foreign_parent, parent_tags
 from airflow_tune.engine.mlflow_values import (
     METRICS_PER_BATCH,
     PARAMS_PER_BATCH,
@@ -46,10 +49,6 @@ from airflow_tune.engine.mlflow_values import (
 )
 from airflow_tune.spec import ExperimentSpec
 
-TAG_EXPERIMENT = "airflow_tune.experiment"
-TAG_ROLE = "airflow_tune.role"
-TAG_TRIAL = "airflow_tune.trial_id"
-TAG_PARENT = "mlflow.parentRunId"
 #: One failing call may not hold the driver for MLflow's defaults (120 s timeout, 7 retries with backoff): these are
 #: set in the driver's own environment unless the cluster sets them.
 CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "10", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
@@ -105,7 +104,8 @@ class MLflowTracking(tune.Callback):
     def start(self) -> None:
         """Find or create the MLflow experiment and the parent run, and the runs of trials an earlier driver logged.
 
-        :raises EngineError: naming the server, when it does not answer or refuses: no trial has run yet.
+        :raises EngineError: naming the server, when it does not answer or refuses; naming the parent run and its
+            owner, when another owner's run holds the experiment's name: no trial has run yet.
         """
         for name, value in CLIENT_ENV.items():
             os.environ.setdefault(name, value)
@@ -174,21 +174,15 @@ class MLflowTracking(tune.Callback):
     def _parent_run(self) -> str:
         found = self._search(f"tags.`{TAG_EXPERIMENT}` = {quoted(self.spec.name)} and tags.`{TAG_ROLE}` = 'parent'")
         if found:
-            run = min(found, key=lambda r: r.info.start_time or 0)  # the first, should two drivers have raced
+            # The first, should two drivers have raced: the experiment's name is its first writer's, as its storage is.
+            run = min(found, key=lambda r: (r.info.start_time or 0, str(r.info.run_id)))
+            refusal = foreign_parent(run, self.spec)
+            if refusal:
+                raise EngineError(refusal)
             if run.info.status != "RUNNING":
                 self.client.update_run(run.info.run_id, status="RUNNING")
             return str(run.info.run_id)
-        owner = self.spec.owner or {}
-        tags = {
-            **self.settings.get("tags", {}),
-            TAG_EXPERIMENT: self.spec.name,
-            TAG_ROLE: "parent",
-            "airflow_tune.experiment_uri": self.spec.experiment_uri,
-            "airflow_tune.metric": self.spec.metric,
-            "airflow_tune.mode": self.spec.mode,
-            **{f"airflow_tune.{k}": str(owner[k]) for k in ("dag_id", "task_id", "run_id") if owner.get(k)},
-        }
-        run = self.client.create_run(self.experiment_id, run_name=self.spec.name, tags=tags)
+        run = self.client.create_run(self.experiment_id, run_name=self.spec.name, tags=parent_tags(self.spec))
         return str(run.info.run_id)
 
     def _load_trial_runs(self) -> None:
