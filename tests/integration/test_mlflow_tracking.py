@@ -226,6 +226,70 @@ def test_the_engine_fails_before_any_trial_when_the_cluster_cannot_reach_the_ser
     assert read_markers(str(tmp_path), "start") == []
 
 
+def test_another_owners_parent_run_is_refused_at_the_start_and_its_owners_retry_adopts_it(tracked, tmp_path):
+    """Issue 30, finding 6. DAG A's experiment fails once (every trial errors), leaving its parent run. DAG B names
+    the same experiment and MLflow experiment, on another cluster's storage (A's job is in no job list B's task
+    could see): its job fails at the engine's start, before any trial, with a verdict naming the MLflow experiment,
+    the parent run and A's owner, and A's parent run is as A left it (status, tags, metrics, best_loss history) with
+    no run added. A's retry then adopts its own parent run and continues its trial runs."""
+    state = tracked.state
+    rest = MlflowRest(state.mlflow_url)
+    name = jobs.unique_name("mlflow-owner")
+    mlflow_name = f"airflow-tune/aft_owner_a/tune-{name}"
+    owner_a = {"dag_id": "aft_owner_a", "task_id": "tune", "map_index": -1, "run_id": None}
+    spec_a = jobs.base_spec(
+        state,
+        name,
+        "tune_testkit.functions:fails_first_run",
+        param_space={"x": {"grid_search": [1, 2]}, "marker_dir": str(tmp_path)},
+        owner=owner_a,
+        mlflow=_tracking(state, mlflow_name),
+    )
+    status, text, _ = jobs.run(state, spec_a)
+    assert status == "FAILED" and "all 2 trials errored" in text, text[-3000:]
+    experiment_id = _mlflow_experiment(rest, mlflow_name)["experiment_id"]
+    parent, children = _runs_of(rest, experiment_id, name)
+    parent_id = parent["info"]["run_id"]
+    assert parent["info"]["status"] == "FAILED" and len(children) == 2
+    before = rest.get("runs/get", run_id=parent_id)["run"]
+    best_before = rest.history(parent_id, "best_loss")
+    runs_before = sorted(r["info"]["run_id"] for r in rest.runs(experiment_id))
+
+    b_marks = tmp_path / "b"
+    b_marks.mkdir()
+    spec_b = {
+        **spec_a,
+        "storage_path": f"{state.storage_uri}/other-cluster",
+        "owner": {**owner_a, "dag_id": "aft_owner_b"},
+        "param_space": {**spec_a["param_space"], "marker_dir": str(b_marks)},
+    }
+    job_id = jobs.submit(state, spec_b)
+    assert jobs.wait(state, job_id, 180) == "FAILED"
+    assert jobs.exit_code(state, job_id) == 2  # a setup error, as a bad spec
+    text = jobs.logs(state, job_id)
+    verdicts = [line for line in text.splitlines() if "verdict: " in line]
+    assert verdicts, text[-3000:]
+    verdict = verdicts[-1]
+    assert f"MLflow experiment {mlflow_name!r}" in verdict and f"parent run {parent_id}" in verdict, verdict
+    assert "belongs to DAG 'aft_owner_a', task 'tune'" in verdict and "experiment_name" in verdict, verdict
+    assert "no trial has run" in verdict and spec_a["storage_path"] + "/" + name not in verdict, verdict
+    assert list(b_marks.iterdir()) == [], "no trial of B ran"
+    assert storage.read_json_or_none(jobs.result_uri(spec_b)) is None
+    assert rest.get("runs/get", run_id=parent_id)["run"] == before, "A's parent run is as A left it"
+    assert rest.history(parent_id, "best_loss") == best_before
+    assert sorted(r["info"]["run_id"] for r in rest.runs(experiment_id)) == runs_before, "no run added"
+
+    # The same owner's retry (as after a restarted head): its own parent run and trial runs, continued.
+    _, manifest = jobs.run_ok(state, spec_a)
+    parent, after = _runs_of(rest, experiment_id, name)
+    assert parent["info"]["run_id"] == parent_id == manifest["mlflow"]["parent_run_id"]
+    assert parent["info"]["status"] == "FINISHED" and len(after) == manifest["num_trials"] == 2
+    assert {r["info"]["run_id"] for r in after} == {r["info"]["run_id"] for r in children}
+    assert len(rest.history(parent_id, "best_loss")) == len(best_before) + 1
+    assert tags(parent)["airflow_tune.dag_id"] == "aft_owner_a" and tags(parent)["airflow_tune.map_index"] == "-1"
+    assert "airflow_tune.run_id" not in tags(parent)  # a named experiment: its owner has no run
+
+
 @pytest.mark.parametrize("server", ["unreachable", "refusing"])
 def test_a_server_that_does_not_answer_or_refuses_fails_the_task_before_any_job(tracked, monkeypatch, server):
     """The preflight: nothing listening, or a server answering 403; the task fails naming the server and the cause,
