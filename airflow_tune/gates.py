@@ -10,7 +10,8 @@ GATES = ("always", "better_than_champion", "threshold")
 
 def beats(value: float | None, other: float | None, mode: str, *, inclusive: bool = False) -> bool:
     """Whether ``value`` is better than ``other`` under ``mode`` (``min``/``max``)."""
-    if value is None or not math.isfinite(value):
+    # A result's NaN and infinities are the strings "NaN"/"Infinity" in strict JSON: never better than anything.
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         return False
     if other is None:
         return True

@@ -13,9 +13,10 @@ champion with :func:`read_champion`. boto3 is imported inside the functions (DAG
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from airflow_tune.exceptions import AirflowTuneException
+from airflow_tune.exceptions import AirflowTuneException, PromotionError
 
 CHAMPION_FILE = "champion.json"
 
@@ -98,3 +99,59 @@ def checkpoint_digest(objects: list[dict[str, Any]]) -> str:
 
     entries = sorted((o["rel"], int(o.get("Size") or 0), str(o.get("ETag") or "").strip('"')) for o in objects)
     return "sha256:" + hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
+
+
+def check_listing(result: dict[str, Any], objects: Sequence[dict[str, Any]]) -> None:
+    """Refuse a checkpoint whose files are not the ones the trial wrote (added, removed or renamed since): the
+    server-side copy cannot see bytes, so deploy helpers verify those against the recorded digests."""
+    from airflow_tune.provenance import CHECKPOINT_FILES_KEY, differences
+
+    files = result.get(CHECKPOINT_FILES_KEY)
+    listed = {str(o["rel"]): "" for o in objects}
+    if not isinstance(files, dict) or not files:
+        raise PromotionError(
+            f"the result names no content digests for the checkpoint {result.get('best_checkpoint_uri')}: it was not "
+            "written by this version of airflow-tune's engine; run the experiment again"
+        )
+    if set(listed) != set(files):
+        found = {k: files.get(k, "") for k in listed}
+        raise PromotionError(
+            f"the checkpoint {result.get('best_checkpoint_uri')} holds other files than its trial wrote "
+            f"({differences(files, found)}): not promoting it"
+        )
+
+
+def champion_checkpoint(registry_uri: str, *, ray_conn_id: str = "ray_default", s3: Any = None) -> tuple[str, str]:
+    """The champion's checkpoint in the S3 registry and the content digest its files must have, proven: the pointer
+    is storage, so it is believed only as far as the Ray job of the experiment it names vouches for the checkpoint
+    and its digest (see :func:`airflow_tune.reconcile.proven_result`). Hand both to
+    :func:`airflow_tune.checkpoints.download_checkpoint` (``expected_digest``), which verifies the bytes.
+
+    :param registry_uri: ``s3://bucket/models/<name>``.
+    :param ray_conn_id: the Ray cluster that ran the champion's experiment.
+    :param s3: an S3 client (boto3's own credential chain by default).
+    """
+    from airflow_tune import reconcile, storage
+    from airflow_tune.contract import RESULT_FILE, inside_experiment, manifest_uri
+    from airflow_tune.exceptions import ExperimentStorageError
+    from airflow_tune.hooks.ray import RayHook
+    from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY
+
+    champion = read_champion(registry_uri, s3)
+    if champion is None:
+        raise RegistryError(f"no champion in {registry_uri}: nothing to load")
+    where = f"the champion of {registry_uri} (version {str(champion.get('version'))[:100]})"
+    experiment_uri, source = champion.get("experiment_uri"), champion.get("source_checkpoint_uri")
+    digest, copy = champion.get("checkpoint_digest"), champion.get("uri")
+    if not all(isinstance(v, str) and v for v in (experiment_uri, source, digest, copy)):
+        raise PromotionError(f"{where} was not promoted by this version of airflow-tune: refusing to load it")
+    if not inside_experiment(source, experiment_uri) or not str(copy).startswith(registry_uri.rstrip("/") + "/"):
+        raise PromotionError(f"{where} names a checkpoint outside its experiment or registry: refusing to load it")
+    try:
+        data = storage.read_bytes(manifest_uri(str(experiment_uri), RESULT_FILE))
+        result = reconcile.proven_result(RayHook(ray_conn_id), str(experiment_uri), data, owner=None)
+    except (ValueError, OSError, ExperimentStorageError) as exc:
+        raise PromotionError(f"{where} is not proven by the experiment it names: {exc}; refusing to load it") from exc
+    if result.get("best_checkpoint_uri") != source or result.get(CHECKPOINT_DIGEST_KEY) != digest:
+        raise PromotionError(f"{where} names a checkpoint or digest its experiment's sealed result does not")
+    return str(copy), str(digest)

@@ -2,10 +2,11 @@
 
 A promotion registers the winner as a version of the registered model ``<name>`` whose source is the checkpoint's
 own S3 location (nothing is copied), tagged with what it is (``airflow_tune.*``: the metric and its value, the
-config as JSON, the experiment, the Airflow run, the deterministic version name and a digest of the checkpoint's
-listing), and moves the alias ``champion`` to it last. Deploy tasks load ``models:/<name>@champion`` (or
-``models:/<name>/<version>``) through :mod:`airflow_tune.checkpoints`, which believes a version only when its tags
-say airflow-tune wrote it and the checkpoint's current listing still matches the digest: the storage is not trusted.
+config as JSON, the experiment, the Airflow run, the deterministic version name and the content digest of the
+checkpoint's files), and moves the alias ``champion`` to it last. Deploy tasks load ``models:/<name>@champion`` (or
+``models:/<name>/<version>``) through :mod:`airflow_tune.checkpoints`, which believes a version only as far as the
+Ray job of the experiment it names vouches for it, and verifies the bytes it downloads against the digest: neither
+the registry nor the storage is trusted.
 
 Every registry call goes through :class:`MLflowRegistry`, which turns the client's failures into
 :class:`~airflow_tune.exceptions.MLflowError` naming the call and the cause. ``mlflow`` is imported only inside
@@ -24,7 +25,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_tune import jsonsafe
 from airflow_tune.exceptions import MLflowError, PromotionError
-from airflow_tune.registry import checkpoint_digest, list_checkpoint, s3_client, split_s3_uri
 
 if TYPE_CHECKING:
     from airflow_tune.hooks.mlflow import MLflowHook
@@ -243,45 +243,50 @@ def champion_config(hook: MLflowHook, uri: str) -> dict[str, Any] | None:
     return config
 
 
-def verified_source(registry: MLflowRegistry, version: Any, s3: Any) -> str:
-    """The checkpoint a version names, when airflow-tune wrote it and its objects are still the ones promoted."""
+def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) -> tuple[str, str]:
+    """The checkpoint a version names and the content digest its files must have, when the version's experiment
+    proves it: tags are written by whoever may write the registry, so they are believed only as far as the Ray job
+    of the experiment they name vouches for them (its sealed ``result.json`` names this checkpoint and digest)."""
+    from airflow_tune import reconcile, storage
+    from airflow_tune.contract import RESULT_FILE, inside_experiment, manifest_uri
+    from airflow_tune.exceptions import ExperimentStorageError
+    from airflow_tune.hooks.ray import RayHook
+    from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY
+
     tags = tags_of(version)
     where = f"version {version.version} of model {registry.name!r}"
-    source = version.source
-    if tags.get(TAG + "checkpoint_uri") != source or not tags.get(TAG + "checkpoint_digest"):
+    source, digest = version.source, tags.get(TAG + "checkpoint_digest")
+    experiment_uri = tags.get(TAG + "experiment_uri")
+    if tags.get(TAG + "checkpoint_uri") != source or not digest or not experiment_uri:
         raise PromotionError(
             f"{where} was not registered by airflow-tune (its source {str(source)[:300]!r} does not match its "
-            f"{TAG}checkpoint_uri tag): refusing to load it"
+            f"{TAG}checkpoint_uri tag, or it has no digest or experiment): refusing to load it"
         )
+    if not inside_experiment(source, experiment_uri):
+        raise PromotionError(f"{where}: its source lies outside the experiment it names: refusing to load it")
     try:
-        split_s3_uri(source)
-    except ValueError:
-        raise PromotionError(f"{where}: its source {str(source)[:300]!r} is not an s3:// checkpoint") from None
-    objects = list_checkpoint(s3, source)
-    if not objects or checkpoint_digest(objects) != tags[TAG + "checkpoint_digest"]:
-        raise PromotionError(
-            f"{where}: the checkpoint at {source} has changed since it was promoted (its listing no longer matches "
-            f"{TAG}checkpoint_digest): refusing to load it"
+        data = storage.read_bytes(manifest_uri(experiment_uri, RESULT_FILE))
+        result = reconcile.proven_result(
+            RayHook(ray_conn_id), experiment_uri, data, owner={"dag_id": tags.get(TAG + "dag_id")}, same_dag_only=True
         )
-    return str(source)
+    except (ValueError, OSError, ExperimentStorageError) as exc:
+        raise PromotionError(f"{where} is not proven by the experiment it names: {exc}; refusing to load it") from exc
+    if result.get("best_checkpoint_uri") != source or result.get(CHECKPOINT_DIGEST_KEY) != digest:
+        raise PromotionError(
+            f"{where} names a checkpoint or digest that its experiment's sealed result does not: refusing to load it"
+        )
+    return str(source), str(digest)
 
 
-def resolve_checkpoint(uri: str, mlflow_conn_id: str, s3: Any = None) -> tuple[str, Callable[[], None]]:
-    """The checkpoint ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, verified, and a function
-    that checks again that it is unchanged (call it after reading the files)."""
+def resolve_checkpoint(uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_default") -> tuple[str, str, str]:
+    """The checkpoint ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, proven (see
+    :func:`verified_source`): ``(source, content digest, which version)``. The caller verifies the bytes it reads."""
     from airflow_tune.hooks.mlflow import MLflowHook
 
     name, alias, number = parse_model_uri(uri)
-    s3 = s3 if s3 is not None else s3_client()
     with opened(MLflowHook(mlflow_conn_id), name) as registry:
         version = registry.version_by_alias(alias) if alias else registry.get_version(str(number))
         if version is None:
             raise MLflowError(f"{uri}: no such model version in the MLflow registry {registry.server}")
-        source = verified_source(registry, version, s3)
-
-    def recheck() -> None:
-        objects = list_checkpoint(s3, source)
-        if checkpoint_digest(objects) != tags_of(version)[TAG + "checkpoint_digest"]:
-            raise PromotionError(f"{uri}: the checkpoint at {source} changed while it was read")
-
-    return source, recheck
+        source, digest = verified_source(registry, version, ray_conn_id)
+    return source, digest, f"{uri} (version {version.version} of model {name!r})"

@@ -24,14 +24,12 @@ TRACK_IN_MLFLOW = REGISTRY_URI.startswith("models:/")
 SHIP_TRAINABLES = {"py_modules": [PACKAGE_DIR]}
 
 
-def champion_checkpoint_uri() -> str:
-    """What a deploy loads: ``models:/<name>@champion`` in MLflow (download_checkpoint resolves and verifies it), or
-    the champion's checkpoint in an S3 registry."""
+def champion_checkpoint() -> tuple[str, str | None]:
+    """What a deploy loads, and the digest its files must have: ``models:/<name>@champion`` in MLflow
+    (download_checkpoint resolves and verifies it), or the champion's checkpoint in an S3 registry, proven by the
+    experiment that produced it (airflow_tune.registry.champion_checkpoint)."""
     if REGISTRY_URI.startswith("models:/"):
-        return f"{REGISTRY_URI}@champion"
-    from airflow_tune.registry import read_champion
+        return f"{REGISTRY_URI}@champion", None
+    from airflow_tune.registry import champion_checkpoint as proven_champion
 
-    champion = read_champion(REGISTRY_URI)
-    if champion is None:
-        raise ValueError(f"no champion in {REGISTRY_URI}: nothing to deploy")
-    return str(champion["uri"])
+    return proven_champion(REGISTRY_URI)

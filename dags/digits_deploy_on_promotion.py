@@ -7,7 +7,7 @@ checkpoint is checked to be the one the promotion registered before it is unpick
 from __future__ import annotations
 
 from airflow.sdk import DAG, task
-from digits_common import REGISTRY, champion_checkpoint_uri
+from digits_common import REGISTRY, champion_checkpoint
 
 with DAG(
     dag_id="digits_deploy_on_promotion",
@@ -27,8 +27,8 @@ with DAG(
         except KeyError:
             events = []
         version = events[-1].extra.get("version") if events else None
-        uri = champion_checkpoint_uri()
-        score = holdout_score(load_model(uri))
+        uri, digest = champion_checkpoint()
+        score = holdout_score(load_model(uri, digest))
         print(f"[airflow-tune] serving {uri} (version {version}): held-out accuracy {score:.4f}")
         return {"version": version, "model_uri": uri, "holdout_accuracy": score}
 

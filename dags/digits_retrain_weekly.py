@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, task
-from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI, TRACK_IN_MLFLOW
+from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI, TRACK_IN_MLFLOW, champion_checkpoint
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
@@ -64,8 +64,11 @@ with DAG(
         held-out test set."""
         from digits_tuning.serve import holdout_score, load_model
 
-        model_uri = decision["model_uri"] if decision["model_uri"].startswith("models:/") else decision["uri"]
-        score = holdout_score(load_model(model_uri))
+        if decision["model_uri"].startswith("models:/"):
+            model_uri, digest = decision["model_uri"], None  # proven and verified through the registry's experiment
+        else:
+            model_uri, digest = champion_checkpoint()
+        score = holdout_score(load_model(model_uri, digest))
         if score < 0.8:
             raise ValueError(f"the promoted model scores {score:.3f} on held-out data, below the 0.8 floor")
         print(f"[airflow-tune] deployed version {decision['version']}: held-out accuracy {score:.4f}")

@@ -22,7 +22,8 @@ from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import PromotionError
 from airflow_tune.gates import GATES, beats, decision_record, gate_decision
 from airflow_tune.operators.promote_mlflow import MLflowPromotion
-from airflow_tune.registry import CHAMPION_FILE, read_champion, registry_asset, s3_client, split_s3_uri
+from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY
+from airflow_tune.registry import CHAMPION_FILE, check_listing, read_champion, registry_asset, s3_client, split_s3_uri
 from airflow_tune.registry import list_checkpoint as _list_checkpoint
 from airflow_tune.registry_mlflow import is_mlflow_uri, registered_model_name
 
@@ -67,6 +68,9 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         own credential chain (environment, instance role).
     :param mlflow_conn_id: the MLflow tracking server's connection, for a ``models:/`` registry (not looked up for
         an S3 one); see :class:`~airflow_tune.hooks.mlflow.MLflowHook`.
+    :param ray_conn_id: the Ray cluster that ran the experiment: ``result`` is data (an XCom, a template), so the
+        experiment's ``result.json`` is read again and promoted only when the Ray job it names vouches for its bytes
+        in its log (see :mod:`airflow_tune.provenance`).
     """
 
     template_fields: Sequence[str] = ("result", "registry_uri", "gate", "threshold")
@@ -83,6 +87,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         skip_downstream_if_not_promoted: bool = True,
         aws_conn_id: str | None = None,
         mlflow_conn_id: str = "mlflow_default",
+        ray_conn_id: str = "ray_default",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [registry_asset(registry_uri)] if "{{" not in registry_uri else [])
@@ -94,6 +99,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         self.skip_downstream_if_not_promoted = skip_downstream_if_not_promoted
         self.aws_conn_id = aws_conn_id
         self.mlflow_conn_id = mlflow_conn_id
+        self.ray_conn_id = ray_conn_id
         self.returned: dict[str, Any] | None = None  # the decision, for lineage
 
     # -- inputs -------------------------------------------------------------------------------------------------
@@ -139,9 +145,44 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
     def s3_client(self) -> Any:
         return s3_client(self.aws_conn_id)
 
+    def proven_result(self, given: dict[str, Any]) -> dict[str, Any]:
+        """The experiment's own result, re-read from storage and believed only when the Ray job it names vouches for
+        its bytes and ran for this DAG; ``given`` (the XCom, data) must agree with it on what is promoted."""
+        from airflow_tune import reconcile, storage
+        from airflow_tune.contract import RESULT_FILE, manifest_uri, result_succeeded, xcom_result
+        from airflow_tune.exceptions import ExperimentStorageError
+        from airflow_tune.hooks.ray import RayHook
+        from airflow_tune.provenance import CHECKPOINT_FILES_KEY
+
+        experiment_uri = str(given.get("experiment_uri") or "")
+        where = manifest_uri(experiment_uri, RESULT_FILE)
+        try:
+            storage.location(experiment_uri)
+            data = storage.read_bytes(where)
+        except (ValueError, OSError) as exc:
+            raise PromotionError(f"cannot read the experiment's result at {where[:300]}: {exc}") from exc
+        try:
+            manifest = reconcile.proven_result(
+                RayHook(self.ray_conn_id), experiment_uri, data, owner={"dag_id": self.dag_id}, same_dag_only=True
+            )
+        except ExperimentStorageError as exc:
+            raise PromotionError(f"not promoting: {exc}") from exc
+        if not result_succeeded(manifest):
+            raise PromotionError(f"not promoting: the experiment at {experiment_uri} did not succeed")
+        for key in ("experiment", "best_trial_id", "best_checkpoint_uri", "metric", "mode"):
+            if given.get(key) != manifest.get(key):
+                raise PromotionError(
+                    f"result[{key!r}] = {str(given.get(key))[:300]!r} is not what the experiment's sealed result says "
+                    f"({str(manifest.get(key))[:300]!r}): pass the RayTuneOperator's XCom result as it is"
+                )
+        out = xcom_result(manifest, manifest.get("job_id"), None)
+        out[CHECKPOINT_FILES_KEY] = manifest.get(CHECKPOINT_FILES_KEY)
+        return out
+
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
-        result, threshold = self._inputs()
+        given, threshold = self._inputs()
+        result = self.proven_result(given)
         if is_mlflow_uri(self.registry_uri):
             return self.execute_mlflow(context, result, threshold)
         bucket, prefix = split_s3_uri(self.registry_uri)
@@ -153,6 +194,8 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         source = result.get("best_checkpoint_uri")
         # Listed before the gate: the version is named from the checkpoint itself, so a retry finds it again.
         objects = self.list_checkpoint(s3, str(source)) if source else []
+        if source:
+            check_listing(result, objects)
         version = self.version_name(result, objects) if objects else None
 
         if not source:
@@ -197,8 +240,10 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
             "value": value,
             "config": result.get("best_config"),
             "experiment": result.get("experiment"),
+            "experiment_uri": result.get("experiment_uri"),
             "trial_id": result.get("best_trial_id"),
             "source_checkpoint_uri": source,
+            "checkpoint_digest": result.get(CHECKPOINT_DIGEST_KEY),
             "promoted_at": model["promoted_at"],
         }
         # The pointer moves last: readers see the old champion or the complete new one.
@@ -299,6 +344,8 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
             "config": result.get("best_config"),
             "metrics": result.get("best_metrics"),
             "files": copied,
+            "checkpoint_files": result.get(CHECKPOINT_FILES_KEY),
+            "checkpoint_digest": result.get(CHECKPOINT_DIGEST_KEY),
             "promoted_at": datetime.now(timezone.utc).isoformat(),
             "provenance": {
                 "dag_id": ti.dag_id,

@@ -60,7 +60,8 @@ class MLflowPromotion:
         from airflow.sdk import Asset
 
         from airflow_tune.gates import decision_record, gate_decision
-        from airflow_tune.registry import checkpoint_digest
+        from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY
+        from airflow_tune.registry import check_listing
         from airflow_tune.registry_mlflow import (
             CHAMPION_ALIAS,
             MODELS_PREFIX,
@@ -84,7 +85,8 @@ class MLflowPromotion:
             objects = self.list_checkpoint(self.s3_client(), str(source))
             if not objects:
                 raise PromotionError(f"no objects found under the checkpoint {source}")
-            version_name, digest = self.version_name(result, objects), checkpoint_digest(objects)
+            check_listing(result, objects)
+            version_name, digest = self.version_name(result, objects), result.get(CHECKPOINT_DIGEST_KEY)
 
         with hook.client() as client:
             registry = self.mlflow_registry(client, name, hook.tracking_uri)
@@ -98,7 +100,7 @@ class MLflowPromotion:
             if existing is not None and tags_of(existing).get(TAG + "checkpoint_digest") != digest:
                 raise PromotionError(
                     f"the checkpoint {source} changed since an earlier try registered it as version "
-                    f"{existing.version} of model {name!r}: its listing no longer matches that version's digest"
+                    f"{existing.version} of model {name!r}: its content digest is not that version's"
                 )
             already = champion is not None and existing is not None and str(champion.version) == str(existing.version)
             if not source:

@@ -10,13 +10,13 @@ from typing import Any
 from digits_tuning.trainables import MODEL_FILE
 
 
-def load_model(checkpoint_uri: str) -> Any:
-    """The model in a checkpoint: ``s3://...``, or an MLflow model version (``models:/digits@champion``,
-    ``models:/digits/3``) that download_checkpoint resolves and checks is the one airflow-tune registered."""
+def load_model(checkpoint_uri: str, expected_digest: str | None = None) -> Any:
+    """The model in a checkpoint: ``s3://...`` (verified against ``expected_digest``), or an MLflow model version
+    (``models:/digits@champion``, ``models:/digits/3``) that download_checkpoint resolves, proves and verifies."""
     from airflow_tune.checkpoints import download_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="checkpoint-") as folder:
-        download_checkpoint(checkpoint_uri, folder)
+        download_checkpoint(checkpoint_uri, folder, expected_digest=expected_digest)
         with open(os.path.join(folder, MODEL_FILE), "rb") as fh:
             return pickle.load(fh)["model"]
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from airflow_tune.contract import inside_experiment
 from airflow_tune.operators import promote as promote_module
 from airflow_tune.operators.promote import CHAMPION_FILE, PromoteCheckpointOperator, registry_asset
+from tests.support.sealed import sealed_result
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -101,11 +103,23 @@ def run(op: PromoteCheckpointOperator) -> tuple[dict[str, Any], dict[str, Any]]:
     return op.execute(context), context  # type: ignore[arg-type]
 
 
-def operator(registry: str, result: Any, **kwargs: Any) -> PromoteCheckpointOperator:
+def operator(registry: str, result: Any, *, seal: bool = True, **kwargs: Any) -> PromoteCheckpointOperator:
+    """The operator in a DAG of its own; ``result``'s experiment sealed for that DAG by a Ray job first, as the
+    engine's job would have (``seal=False``: as given, e.g. a forged XCom)."""
     from airflow.sdk import DAG
 
-    with DAG(f"aft_promote_direct_{uuid.uuid4().hex[:8]}", schedule=None):
+    dag_id = f"aft_promote_direct_{uuid.uuid4().hex[:8]}"
+    if seal and isinstance(result, dict) and _sealable(result):
+        result = sealed_result(result, dag_id)
+    with DAG(dag_id, schedule=None):
         return PromoteCheckpointOperator(task_id="promote", result=result, registry_uri=registry, **kwargs)
+
+
+def _sealable(result: dict[str, Any]) -> bool:
+    checkpoint = result.get("best_checkpoint_uri")
+    return "experiment_uri" in result and (
+        checkpoint is None or inside_experiment(checkpoint, result["experiment_uri"])
+    )
 
 
 def registry_uri() -> str:
@@ -122,10 +136,16 @@ def put_checkpoint(s3: Any, files: dict[str, bytes], name: str = "checkpoint_000
 def tune_result(
     checkpoint: str | None, value: float | None, mode: str = "min", trial: str = "abcde_00000"
 ) -> dict[str, Any]:
-    """Shaped like RayTuneOperator's XCom result."""
+    """Shaped like RayTuneOperator's XCom result; the experiment is the checkpoint's (``.../<experiment>/trial_0/``)."""
+    if checkpoint is None:
+        experiment_uri = f"s3://{BUCKET}/exp-it/{uuid.uuid4().hex[:10]}"
+    elif "/trial_0/" in checkpoint:
+        experiment_uri = checkpoint.split("/trial_0/")[0]
+    else:
+        experiment_uri = f"s3://{BUCKET}/exp-it"
     return {
         "experiment": "exp-it",
-        "experiment_uri": f"s3://{BUCKET}/exp-it",
+        "experiment_uri": experiment_uri,
         "job_id": "raysubmit_it",
         "metric": "loss",
         "mode": mode,
