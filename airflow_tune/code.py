@@ -40,7 +40,8 @@ SHIPPED_PACKAGE = "airflow_tune_shipped"
 _PICKLE_FILE = "trainable.pkl"
 NODE_PIN_PREFIX = "node:"
 _JINJA_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
-_QUOTED = re.compile(r"\"([^\"\x00]*)\"|'([^'\x00]*)'")
+_QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"']*\Z")
 
 
 class CodeReferenceError(ValueError):
@@ -62,24 +63,23 @@ class CodeReferenceError(ValueError):
 
 
 # -- literal import paths -----------------------------------------------------------------------------------------
-def literal_import_paths(value: Any) -> set[str]:
-    """Import paths written literally in an argument as the DAG file gives it (before any rendering).
+def literal_strings(value: Any) -> set[str]:
+    """The strings written literally in an argument as the DAG file gives it (before any rendering).
 
-    A whole string that is an import path counts, and so does a quoted one inside a JSON string, outside any Jinja
+    A whole string with no Jinja block counts, and so does a quoted one inside a JSON string, outside any Jinja
     block. Text a template renders is not looked at: it is data. Each Jinja block is cut out with a separator that
-    cannot join the text on its two sides into one path.
+    cannot join the text on its two sides into one string.
     """
     found: set[str] = set()
     stack = [value]
     while stack:
         node = stack.pop()
         if isinstance(node, str):
-            if IMPORT_PATH.match(node) and not _JINJA_BLOCK.search(node):
+            if not _JINJA_BLOCK.search(node):
                 found.add(node)
-            literal_text = _JINJA_BLOCK.sub("\x00", node)
-            for match in _QUOTED.finditer(literal_text):
+            for match in _QUOTED.finditer(_JINJA_BLOCK.sub("\x00", node)):
                 token = match.group(1) if match.group(1) is not None else match.group(2)
-                if IMPORT_PATH.match(token):
+                if "\x00" not in token:  # a quoted string a template completes is data
                     found.add(token)
         elif isinstance(node, Mapping):
             stack.extend(node.values())
@@ -88,17 +88,23 @@ def literal_import_paths(value: Any) -> set[str]:
     return found
 
 
+def literal_import_paths(value: Any) -> set[str]:
+    """The import paths among :func:`literal_strings`: only these (or allow-listed ones) may run."""
+    return {s for s in literal_strings(value) if IMPORT_PATH.match(s)}
+
+
+def literal_destinations(callbacks: Any) -> set[str]:
+    """The URLs among the :func:`literal_strings` of ``callbacks``: a logger's ``tracking_uri`` chooses where the
+    cluster sends data, so only one of these (or a connection's) is accepted."""
+    return {s for s in literal_strings(callbacks) if _URL.match(s)}
+
+
 def literal_node_pins(value: Any) -> set[str]:
     """The ``node:<address>`` resource names written literally in ``resources_per_trial`` as the DAG file gives it:
     keys of a dict or of a list of bundles, or quoted names in a JSON string outside any Jinja block."""
-    found: set[str] = set()
     if isinstance(value, str):
-        literal_text = _JINJA_BLOCK.sub("\x00", value)
-        for match in _QUOTED.finditer(literal_text):
-            token = match.group(1) if match.group(1) is not None else match.group(2)
-            if token.startswith(NODE_PIN_PREFIX):
-                found.add(token)
-        return found
+        return {s for s in literal_strings(value) if s.startswith(NODE_PIN_PREFIX)}
+    found: set[str] = set()
     for bundle in value if isinstance(value, (list, tuple)) else [value]:
         if isinstance(bundle, Mapping):
             found.update(k for k in bundle if isinstance(k, str) and k.startswith(NODE_PIN_PREFIX))

@@ -1,7 +1,7 @@
 """How RayTuneOperator turns its arguments into what a job carries: the validated
 :class:`~airflow_tune.spec.ExperimentSpec` (the spec step of its reconcile loop, with the security checks that need
-the DAG file's view of the arguments: import paths and node pins written literally, the storage root; and the
-operator-set fields: owner, code digest), and the job's runtime env."""
+the DAG file's view of the arguments: import paths, node pins and loggers' URLs written literally, the storage root;
+and the operator-set fields: owner, code digest), and the job's runtime env."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from airflow_tune import code, roots
 from airflow_tune.contract import JOB_ID_ENV
 from airflow_tune.rendered import coerce_rendered
 from airflow_tune.spec import ExperimentSpec, experiment_name_for, node_pins
+from airflow_tune.spec.callbacks import callback_destinations
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -64,6 +66,7 @@ class TuneSpecBuilder:
     trainable_object: Any
     literal_code_references: dict[str, set[str]]
     literal_node_pins: set[str]
+    literal_destinations: set[str]
     experiment_name: Any
     warm_start: Any
     mlflow_tracking: Any
@@ -88,7 +91,7 @@ class TuneSpecBuilder:
         """The validated spec from the rendered arguments; raises ValueError naming each bad field.
 
         Also refuses, before anything is submitted, every import path that came from rendering rather than from the
-        DAG file (unless the deployment allow-lists it).
+        DAG file (unless the deployment allow-lists it), and every logger URL that did.
         """
         data: dict[str, Any] = {}
         for name in SPEC_FIELDS:
@@ -112,6 +115,7 @@ class TuneSpecBuilder:
             data["mlflow"] = tracking
         spec = ExperimentSpec.from_dict(data)
         roots.check_task_storage(self, spec.storage_path)
+        self.check_destinations(spec)
         allow_listed = self.check_code_references(spec)
         if allow_listed:
             spec = dataclasses.replace(spec, allow_listed=allow_listed)
@@ -215,6 +219,25 @@ class TuneSpecBuilder:
             raise code.refusal(refused, patterns)
         return allow_listed
 
+    def check_destinations(self, spec: ExperimentSpec) -> None:
+        """Refuse a URL a logger callback sends data to or reads from (MLflow's ``tracking_uri``) that the DAG file
+        did not write in ``callbacks``: a rendered one (a Param, a conf, an XCom) would send the cluster's tracking
+        credentials and every trial's data wherever it names. The refusal shows the host, never the whole URL."""
+        literal = self.literal_destinations
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        if code.arguments_mapped_from_data(mapped_task, ["callbacks"]):
+            literal = set()
+        refused = [(field, url) for field, url in callback_destinations(spec.callbacks) if url not in literal]
+        if not refused:
+            return
+        lines = "\n".join(f"  - {field} = host {_host(url)!r}: not written in the DAG file" for field, url in refused)
+        raise ValueError(
+            f"refused {len(refused)} logger URL{'s' if len(refused) > 1 else ''} that came from rendering (a Param, a "
+            f"trigger conf, an XCom or a macro); where the cluster sends its data is not data:\n{lines}\n"
+            "Write the URL in the DAG file's callbacks, or drop it and track with mlflow_tracking, whose server is "
+            f"the connection mlflow_conn_id names ({self.mlflow_conn_id!r})."
+        )
+
     def warm_start_point(self, param_space: dict[str, Any]) -> dict[str, Any] | None:
         """The warm-start config restricted to the sampled keys of the search space, nested ones too, or None.
 
@@ -287,3 +310,11 @@ class TuneSpecBuilder:
         )
         runtime_env["env_vars"] = env_vars
         return runtime_env
+
+
+def _host(url: str) -> str | None:
+    """The host of a URL (never its user or password), for a message."""
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
+        return None

@@ -123,6 +123,22 @@ def callback_factory(entry: Any) -> str | None:
     return factory if isinstance(factory, str) else None
 
 
+def callback_destinations(callbacks: Any) -> list[tuple[str, str]]:
+    """Every ``(field, URL)`` where a logger of ``callbacks`` sends data or reads from (MLflow's ``tracking_uri`` and
+    ``registry_uri``: the arguments of kind ``uri``). A destination is not data: the operator accepts one only when the
+    DAG file wrote it. A custom callback's arguments are its own code's to read, so none is named here."""
+    found: list[tuple[str, str]] = []
+    for i, entry in enumerate(callbacks if isinstance(callbacks, list) else []):
+        full = normalize_callback(entry)
+        if not isinstance(full, Mapping) or "name" not in full or not isinstance(full.get("args"), Mapping):
+            continue
+        kinds = LOGGERS.get(logger_name(full["name"]), ("", None, {}))[2]
+        for arg, value in full["args"].items():
+            if kinds.get(arg) == "uri" and isinstance(value, str):
+                found.append((f"callbacks[{i}].args.{arg}", value))
+    return found
+
+
 def check_callbacks(callbacks: Any, errors: Errors) -> None:
     """Every entry of ``callbacks``; every problem is added to ``errors``."""
     if callbacks is None:
