@@ -6,7 +6,8 @@ The operators' ``get_openlineage_facets_on_complete`` name their datasets with :
 provider's classes, so importing the operators (DAG parsing) never imports them; the naming (:func:`dataset_name`)
 is plain logic over URIs. Datasets follow OpenLineage's naming:
 ``s3://bucket/key`` is namespace ``s3://bucket``, name ``key`` (``gs://`` likewise), a local path is namespace
-``file``, name the absolute path.
+``file``, name the absolute path. A name never carries a URI's userinfo, port, query or fragment (``s3://user:pw@
+bucket:9000/x?token=y`` is ``s3://bucket``, ``x``): lineage goes to whoever reads the lineage backend.
 """
 
 from __future__ import annotations
@@ -33,11 +34,27 @@ def dataset_name(uri: Any) -> Name | None:
     except ValueError:
         return None
     scheme = parts.scheme.lower()
-    if scheme in _BUCKET_SCHEMES and parts.netloc:
-        return (f"{_BUCKET_SCHEMES[scheme]}://{parts.netloc}", parts.path.strip("/") or "/")
-    if scheme == "file" and parts.path.startswith("/"):
-        return (f"file://{parts.netloc}" if parts.netloc else "file", parts.path.rstrip("/") or "/")
+    # The host only: userinfo and a port are dropped, and urlsplit keeps the query and fragment out of the path.
+    host = parts.hostname
+    if scheme in _BUCKET_SCHEMES and host:
+        return (f"{_BUCKET_SCHEMES[scheme]}://{host}", parts.path.strip("/") or "/")
+    if scheme == "file" and parts.path.startswith("/") and (host or not parts.netloc):
+        return (f"file://{host}" if host else "file", parts.path.rstrip("/") or "/")
     return None
+
+
+def server_namespace(uri: Any, default: str = "mlflow") -> str:
+    """The namespace of a server's URI (the MLflow tracking server's): ``scheme://host[:port]``, without userinfo,
+    path, query or fragment; ``default`` when it is none."""
+    try:
+        parts = urlsplit(str(uri or ""))
+        port = parts.port
+    except ValueError:
+        return default
+    if not parts.scheme or not parts.hostname:
+        return default
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port is not None else "")
 
 
 def _unique(uris: Iterable[Any]) -> list[Name]:
@@ -92,7 +109,7 @@ def tune_dataset_names(
     """
     warm: list[Name] = []
     if isinstance(warm_start, str) and warm_start.startswith("models:/"):
-        warm = [(mlflow_namespace or "mlflow", warm_start.split("@", 1)[0].rstrip("/"))]
+        warm = [(server_namespace(mlflow_namespace), warm_start.split("@", 1)[0].rstrip("/"))]
     elif isinstance(warm_start, str) and "://" in warm_start:
         warm = _unique([warm_start])
     inputs = warm + [n for n in _unique(named) if n not in warm]
@@ -124,10 +141,14 @@ def promote_dataset_names(
         return inputs, outputs
     if registry_uri.startswith("models:/"):
         assert isinstance(decision, Mapping)
-        namespace = str(decision.get("tracking_uri") or "mlflow")
+        namespace = server_namespace(decision.get("tracking_uri"))
         model = registry_uri.rstrip("/")
         return inputs, [(namespace, f"{model}/{version}"), (namespace, model)]
-    outputs = _unique([f"{registry_uri.rstrip('/')}/versions/{version}", registry_uri])
+    try:  # the version's folder is under the registry's path, not after its query
+        base = urlsplit(registry_uri)._replace(query="", fragment="").geturl().rstrip("/")
+    except ValueError:
+        return inputs, outputs
+    outputs = _unique([f"{base}/versions/{version}", registry_uri])
     return inputs, outputs
 
 
