@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_tune.contract import inside_experiment
+from airflow_tune.exceptions import PromotionError
 from airflow_tune.operators import promote as promote_module
 from airflow_tune.operators.promote import CHAMPION_FILE, PromoteCheckpointOperator, registry_asset
 from tests.support.sealed import sealed_result
@@ -425,3 +426,104 @@ def test_bad_arguments_fail_at_execute_before_any_s3_call(s3_calls, reader, kwar
     with pytest.raises(error, match=words):
         run(op)
     assert s3_calls.events == [], "no S3 call at all, so certainly no write"
+
+
+# -- the hand-off: what is promoted and loaded is what the experiment's own job vouched for (issue 30) ---------------
+
+
+def _registry_untouched(reader: Any, registry: str) -> bool:
+    bucket, prefix = promote_module.split_s3_uri(registry)
+    return "Contents" not in reader.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
+
+
+@pytest.mark.timeout(90)
+def test_an_edited_xcom_result_is_not_promoted_the_sealed_result_decides(reader):
+    source = put_checkpoint(reader, {"model.pkl": b"the trial's model"})
+    planted = source.rsplit("/", 1)[0] + "/checkpoint_000009"
+    reader.put_object(Bucket=BUCKET, Key=promote_module.split_s3_uri(planted)[1] + "/model.pkl", Body=b"planted")
+    registry = registry_uri()
+    op = operator(registry, tune_result(source, 0.5), gate="always")
+    op.result = {**op.result, "best_checkpoint_uri": planted}  # the XCom edited after the tune task ended
+    with pytest.raises(PromotionError, match="best_checkpoint_uri.*is not what the experiment's sealed result says"):
+        run(op)
+    assert _registry_untouched(reader, registry)
+
+
+@pytest.mark.timeout(90)
+def test_a_result_rewritten_in_storage_after_its_job_sealed_it_is_not_promoted(reader):
+    from airflow_tune import storage
+    from airflow_tune.contract import RESULT_FILE, manifest_uri
+
+    source = put_checkpoint(reader, {"model.pkl": b"the trial's model"})
+    registry = registry_uri()
+    op = operator(registry, tune_result(source, 0.5), gate="always")
+    where = manifest_uri(op.result["experiment_uri"], RESULT_FILE)
+    forged = json.loads(storage.read_bytes(where))
+    forged["best_metrics"]["loss"] = -100.0  # a storage writer's better "winner"
+    storage.write_bytes(where, json.dumps(forged).encode())
+    with pytest.raises(PromotionError, match="its bytes are not the ones Ray job sealed-"):
+        run(op)
+    assert _registry_untouched(reader, registry)
+
+
+@pytest.mark.timeout(90)
+def test_a_result_sealed_for_another_dag_or_with_no_job_is_not_promoted(reader):
+    source = put_checkpoint(reader, {"model.pkl": b"the trial's model"})
+    registry = registry_uri()
+    theirs = sealed_result(tune_result(source, 0.5), "another_teams_dag")
+    with pytest.raises(PromotionError, match="ran another experiment"):
+        run(operator(registry, theirs, seal=False, gate="always"))
+    # A result.json written by hand names a job the cluster never ran.
+    from airflow_tune import storage
+    from airflow_tune.contract import RESULT_FILE, manifest_uri
+    from tests.support.sealed import manifest_for
+
+    other = put_checkpoint(reader, {"model.pkl": b"x"})
+    forged = tune_result(other, 0.1)
+    storage.write_bytes(
+        manifest_uri(forged["experiment_uri"], RESULT_FILE), json.dumps(manifest_for(forged, "x", "nojob")).encode()
+    )
+    with pytest.raises(PromotionError, match="unknown to the cluster"):
+        run(operator(registry, {**forged, "job_id": "nojob"}, seal=False, gate="always"))
+    assert _registry_untouched(reader, registry)
+
+
+@pytest.mark.timeout(90)
+def test_a_checkpoint_with_files_its_trial_did_not_write_is_not_promoted(reader):
+    source = put_checkpoint(reader, {"model.pkl": b"the trial's model"})
+    registry = registry_uri()
+    op = operator(registry, tune_result(source, 0.5), gate="always")
+    reader.put_object(Bucket=BUCKET, Key=promote_module.split_s3_uri(source)[1] + "/extra.pkl", Body=b"added")
+    with pytest.raises(PromotionError, match="holds other files than its trial wrote.*extra.pkl"):
+        run(op)
+    assert _registry_untouched(reader, registry)
+
+
+@pytest.mark.timeout(120)
+def test_the_champion_loads_only_proven_and_byte_for_byte_as_the_trial_wrote_it(reader, tmp_path):
+    from airflow_tune.checkpoints import download_checkpoint
+    from airflow_tune.registry import champion_checkpoint
+
+    source = put_checkpoint(reader, {"model.pkl": b"the trial's model", "meta/config.json": b"{}"})
+    registry = registry_uri()
+    out, _ = run(operator(registry, tune_result(source, 0.5), gate="always"))
+    uri, digest = champion_checkpoint(registry)
+    assert uri == out["uri"]
+    folder = download_checkpoint(uri, str(tmp_path / "ok"), expected_digest=digest)
+    assert (tmp_path / "ok" / "model.pkl").read_bytes() == b"the trial's model" and folder == str(tmp_path / "ok")
+
+    # The promoted copy's bytes swapped in storage: the download is refused and nothing is handed over.
+    key = promote_module.split_s3_uri(uri)[1] + "/model.pkl"
+    reader.put_object(Bucket=BUCKET, Key=key, Body=b"a registry writer's pickle")
+    with pytest.raises(PromotionError, match="not the ones its trial wrote"):
+        download_checkpoint(uri, str(tmp_path / "swapped"), expected_digest=digest)
+    assert not (tmp_path / "swapped").exists()
+
+    # A champion.json rewritten to point at a planted checkpoint, its digest computed by the writer: refused.
+    planted = put_checkpoint(reader, {"model.pkl": b"planted"})
+    bucket, prefix = promote_module.split_s3_uri(registry)
+    pointer = json.loads(champion_bytes(reader, registry) or b"")
+    pointer.update(uri=planted, source_checkpoint_uri=planted, experiment_uri=planted.split("/trial_0/")[0])
+    reader.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=json.dumps(pointer).encode())
+    with pytest.raises(PromotionError, match="outside its experiment or registry|not proven"):
+        champion_checkpoint(registry)
