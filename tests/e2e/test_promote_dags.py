@@ -38,22 +38,29 @@ def _checkpoint(s3: Any, files: dict[str, bytes]) -> str:
     return f"s3://airflow-tune/{prefix}"
 
 
-def _result(checkpoint: str, loss: float, trial: str) -> dict[str, Any]:
-    return {
-        "experiment": "exp-e2e",
-        "experiment_uri": "s3://airflow-tune/exp-e2e",
-        "job_id": "raysubmit_e2e",
-        "metric": "loss",
-        "mode": "min",
-        "best_trial_id": trial,
-        "best_config": {"x": 3},
-        "best_metrics": {"loss": loss},
-        "best_checkpoint_uri": checkpoint,
-        "num_trials": 1,
-        "num_terminated": 1,
-        "num_errored": 0,
-        "dashboard_url": None,
-    }
+def _result(checkpoint: str, loss: float, trial: str, dag_id: str) -> dict[str, Any]:
+    """The tune task's XCom result for ``checkpoint``'s experiment, its result.json sealed by a Ray job of ``dag_id``
+    (the promote task re-reads and proves it)."""
+    from tests.support.sealed import sealed_result
+
+    return sealed_result(
+        {
+            "experiment": "exp-e2e",
+            "experiment_uri": checkpoint.split("/trial/")[0],
+            "job_id": "raysubmit_e2e",
+            "metric": "loss",
+            "mode": "min",
+            "best_trial_id": trial,
+            "best_config": {"x": 3},
+            "best_metrics": {"loss": loss},
+            "best_checkpoint_uri": checkpoint,
+            "num_trials": 1,
+            "num_terminated": 1,
+            "num_errored": 0,
+            "dashboard_url": None,
+        },
+        dag_id,
+    )
 
 
 def _champion(s3: Any, registry: str) -> dict[str, Any] | None:
@@ -119,7 +126,7 @@ def test_asset_event_and_downstream_only_when_promoted(s3_client):
 
     worse = run_dag(
         load_dag("aft_promote_skip", FILE),
-        {"result": _result(_checkpoint(s3_client, {"w.bin": b"worse"}), 0.5, "worse_00000")},
+        {"result": _result(_checkpoint(s3_client, {"w.bin": b"worse"}), 0.5, "worse_00000", "aft_promote_skip")},
         logical_date=_unique_date(),
     )
     assert worse.state == "success", (worse.task_states(), worse.errors("promote"))
@@ -135,7 +142,11 @@ def test_asset_event_and_downstream_only_when_promoted(s3_client):
 
     better = run_dag(
         load_dag("aft_promote_skip", FILE),
-        {"result": _result(_checkpoint(s3_client, {"w.bin": b"better", "d/x": b"x"}), 0.05, "better_00001")},
+        {
+            "result": _result(
+                _checkpoint(s3_client, {"w.bin": b"better", "d/x": b"x"}), 0.05, "better_00001", "aft_promote_skip"
+            )
+        },
         logical_date=_unique_date(),
     )
     assert better.state == "success", (better.task_states(), better.errors("promote"))
@@ -160,7 +171,7 @@ def test_without_skipping_downstream_runs_and_still_no_asset_event(s3_client):
     s3_client.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=json.dumps(seed).encode())
     run = run_dag(
         load_dag("aft_promote_noskip", FILE),
-        {"result": _result(_checkpoint(s3_client, {"w.bin": b"w"}), 0.9, "worse_00000")},
+        {"result": _result(_checkpoint(s3_client, {"w.bin": b"w"}), 0.9, "worse_00000", "aft_promote_noskip")},
         logical_date=_unique_date(),
     )
     assert run.state == "success", (run.task_states(), run.errors("promote"))

@@ -29,8 +29,10 @@ from tests.e2e.dags.mlflow_registry_cases import MLFLOW_REGISTRY
 from tests.e2e.helpers import load_dag, run_dag
 from tests.integration.test_promote import BUCKET, put_checkpoint, run, tune_result
 from tests.support.mlflow_server import MlflowRest, mlflow_beside
+from tests.support.sealed import sealed_result
 
 FILE = "mlflow_registry_cases.py"
+DAG_ID = "aft_promote_mlflow"
 ROUNDS = 10
 
 
@@ -58,10 +60,12 @@ def model() -> str:
 
 
 def promote_op(registry: str, result: Any, cls: type = PromoteCheckpointOperator, **kwargs: Any) -> Any:
+    """The operator in a DAG of its own, ``result``'s experiment sealed for that DAG by a Ray job first."""
     from airflow.sdk import DAG
 
-    with DAG(f"aft_promote_mlflow_direct_{uuid.uuid4().hex[:8]}", schedule=None):
-        return cls(task_id="promote", result=result, registry_uri=registry, **kwargs)
+    dag_id = f"aft_promote_mlflow_direct_{uuid.uuid4().hex[:8]}"
+    with DAG(dag_id, schedule=None):
+        return cls(task_id="promote", result=sealed_result(result, dag_id), registry_uri=registry, **kwargs)
 
 
 def tag_map(version: dict[str, Any]) -> dict[str, str]:
@@ -120,7 +124,7 @@ def test_the_winner_becomes_a_tagged_version_with_the_checkpoint_as_source_then_
         "metric": "loss",
         "mode": "min",
         "experiment": "exp-it",
-        "experiment_uri": f"s3://{BUCKET}/exp-it",
+        "experiment_uri": result["experiment_uri"],
     }
     assert json.loads(tags["airflow_tune.value"]) == 0.25
     assert json.loads(tags["airflow_tune.config"]) == {"x": 2.5, "lr": 0.01}
@@ -128,7 +132,7 @@ def test_the_winner_becomes_a_tagged_version_with_the_checkpoint_as_source_then_
         "sha256:"
     )
     assert (tags["airflow_tune.dag_id"], tags["airflow_tune.task_id"], tags["airflow_tune.run_id"]) == (
-        "aft_promote_direct",
+        op.dag_id,
         "promote",
         "manual__direct",
     )
@@ -286,6 +290,10 @@ def test_a_registry_that_does_not_answer_fails_the_task_naming_it_and_the_retry_
 
 
 # -- DAGs: downstream skipped, Asset events, templated arguments ---------------------------------------------------
+def _result(s3: Any, weights: bytes, loss: float, trial: str) -> dict[str, Any]:
+    return tune_result(put_checkpoint(s3, {"w.bin": weights}), loss, trial=trial)
+
+
 def _unique_date() -> datetime:
     return datetime(2004, 4, 4, tzinfo=timezone.utc).replace(microsecond=uuid.uuid4().int % 1_000_000)
 
@@ -301,7 +309,11 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
     seeded = champion(rest, name)
     worse = run_dag(
         load_dag("aft_promote_mlflow", FILE),
-        {"result": tune_result(put_checkpoint(s3, {"w.bin": b"worse"}), 0.5, trial="worse_00000")},
+        {
+            "result": sealed_result(
+                tune_result(put_checkpoint(s3, {"w.bin": b"worse"}), 0.5, trial="worse_00000"), DAG_ID
+            )
+        },
         logical_date=_unique_date(),
     )
     assert worse.state == "success", (worse.task_states(), worse.errors("promote"))
@@ -312,7 +324,11 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
     _unpause_and_clear_queue("aft_promote_mlflow_consumer")
     better = run_dag(
         load_dag("aft_promote_mlflow", FILE),
-        {"result": tune_result(put_checkpoint(s3, {"w.bin": b"better"}), 0.05, trial="better_00001")},
+        {
+            "result": sealed_result(
+                tune_result(put_checkpoint(s3, {"w.bin": b"better"}), 0.05, trial="better_00001"), DAG_ID
+            )
+        },
         logical_date=_unique_date(),
     )
     assert better.state == "success", (better.task_states(), better.errors("promote"), better.errors("deploy"))
@@ -332,7 +348,7 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
 @pytest.mark.timeout(180)
 def test_every_argument_rendered_from_params_and_the_result_as_a_json_string(rest, s3):
     name = model()
-    result = tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 0.3)
+    result = sealed_result(tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 0.3), "aft_promote_mlflow_templated")
     ran = run_dag(
         load_dag("aft_promote_mlflow_templated", FILE),
         {"result": result, "model": name, "gate": "threshold", "threshold": "0.5"},
@@ -402,10 +418,33 @@ def test_download_and_load_from_the_alias_or_a_version_and_refuse_what_we_did_no
     with pytest.raises(PromotionError, match="does not match its airflow_tune.checkpoint_uri tag"):
         load_checkpoint(f"models:/{name}@champion")
 
+    # A registry writer's version, every tag self-consistent: a planted checkpoint, its true content digest, and a
+    # result.json beside it naming both; no Ray job of that experiment vouched for it, so it is refused.
+    from airflow_tune import storage
+    from airflow_tune.contract import RESULT_FILE, manifest_uri
+    from airflow_tune.provenance import files_digest
+    from tests.support.sealed import manifest_for
+
+    planted = put_checkpoint(s3, {"w.bin": b"a registry writer's pickle"})
+    forged = tune_result(planted, 0.01)
+    storage.write_bytes(
+        manifest_uri(forged["experiment_uri"], RESULT_FILE), json.dumps(manifest_for(forged, "x", "nojob")).encode()
+    )
+    forged_tags = {
+        **ours,
+        "airflow_tune.checkpoint_uri": planted,
+        "airflow_tune.experiment_uri": forged["experiment_uri"],
+        "airflow_tune.checkpoint_digest": files_digest(storage.file_digests(planted)),
+    }
+    register_foreign(rest, name, planted, forged_tags)
+    with pytest.raises(PromotionError, match="is not proven by the experiment it names.*unknown to the cluster"):
+        download_checkpoint(f"models:/{name}@champion", str(tmp_path / "forged"))
+    assert not (tmp_path / "forged").exists()
+
     # Our version, but the checkpoint in storage changed since: refused.
     bucket, key = source[len("s3://") :].split("/", 1)
     s3.put_object(Bucket=bucket, Key=f"{key}/w.bin", Body=b"tampered")
-    with pytest.raises(PromotionError, match="has changed since it was promoted"):
+    with pytest.raises(PromotionError, match="are not the ones its trial wrote"):
         download_checkpoint(out["model_uri"], str(tmp_path / "e"))
     with pytest.raises(MLflowError, match="no such model version"):
         download_checkpoint(f"models:/{name}/99", str(tmp_path / "f"))

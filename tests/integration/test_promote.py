@@ -95,8 +95,10 @@ class _TaskInstance:
 def run(op: PromoteCheckpointOperator) -> tuple[dict[str, Any], dict[str, Any]]:
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
+    ti = _TaskInstance()
+    ti.dag_id = op.dag_id  # the operator's own DAG, as Airflow's task instance has it
     context: dict[str, Any] = {
-        "ti": _TaskInstance(),
+        "ti": ti,
         "task": op,
         "run_id": "manual__direct",
         "outlet_events": OutletEventAccessors(),
