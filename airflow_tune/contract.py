@@ -101,12 +101,19 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def engine_command(spec_uri: str, spec_digest: str) -> str:
+#: The entrypoint's licence to restore: the earlier job of the same experiment that wrote the Tune state
+#: (``tuner.pkl``, which ``Tuner.restore`` unpickles). Without it the engine never restores.
+RESTORE_AFTER = "--restore-after"
+
+
+def engine_command(spec_uri: str, spec_digest: str, *, restore_after: str | None = None) -> str:
     """The job's entrypoint: the engine, reading its spec from ``spec_uri`` and running it only if its bytes have
-    ``spec_digest``."""
+    ``spec_digest``; restoring the experiment's saved Tune state only when ``restore_after`` names the earlier job of
+    this experiment that the submitter knows wrote it."""
     import shlex
 
-    return f"{ENGINE_ENTRYPOINT} --spec {shlex.quote(spec_uri)} --spec-digest {shlex.quote(spec_digest)}"
+    command = f"{ENGINE_ENTRYPOINT} --spec {shlex.quote(spec_uri)} --spec-digest {shlex.quote(spec_digest)}"
+    return command + (f" {RESTORE_AFTER} {shlex.quote(restore_after)}" if restore_after else "")
 
 
 def owner_differs(recorded: Any, owner: Mapping[str, Any] | None, *, same_dag_only: bool = False) -> bool:

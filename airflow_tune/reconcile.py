@@ -33,6 +33,7 @@ from airflow_tune.contract import (
     digest_of,
     failure_text,
     job_spec_uri,
+    join_uri,
     manifest_uri,
     owner_differs,
     pending_too_long,
@@ -146,6 +147,51 @@ def next_job_id(spec: ExperimentSpec, found: FoundExperiment) -> str:
     """Deterministic per experiment and attempt: two tries that look at the same moment submit the same id, Ray
     refuses the second, and that one then finds the first's job and reattaches."""
     return f"{spec.name}-{len(found.jobs) + 1}"
+
+
+#: Where a try keeps its job's id for the next try (Airflow 3.3's ``task_state_store``): the task's own record.
+STATE_JOB_ID = "ray_job_id"
+
+
+def remember_job(context: Any, job_id: str, log: Any) -> None:
+    store = context.get("task_state_store")
+    if store is None:
+        return
+    try:
+        store.set(STATE_JOB_ID, job_id)
+    except Exception as exc:  # the job metadata still identifies the experiment's jobs
+        log.warning("Could not keep the job id in task_state_store: %s", exc)
+
+
+def remembered_job(context: Any) -> str | None:
+    """The job an earlier try of this task instance submitted, as Airflow kept it (3.3 and newer), or None."""
+    store = context.get("task_state_store")
+    try:
+        found = store.get(STATE_JOB_ID) if store is not None else None
+    except Exception:
+        return None
+    return str(found) if found else None
+
+
+def restore_licence(spec: ExperimentSpec, found: FoundExperiment, remembered: str | None) -> str | None:
+    """The earlier job of this experiment whose saved Tune state the next job may restore (``tuner.pkl`` is
+    unpickled), or None when there is none to restore; raise when storage holds Tune state no known job wrote.
+
+    Known means: in Ray's job list under this experiment's name (owner-checked by :func:`find_experiment`), or
+    remembered by this task instance's earlier try (a cluster that lost its job history, e.g. a new head).
+    """
+    if found.jobs:
+        return str(found.jobs[0]["submission_id"])
+    if remembered and remembered.startswith(f"{spec.name}-"):
+        return remembered
+    if storage.exists(join_uri(spec.experiment_uri, "tuner.pkl")):
+        raise ExperimentStorageError(
+            f"Tune state (tuner.pkl) exists at {spec.experiment_uri}, but no job of experiment {spec.name!r} is known "
+            "to have written it (none in Ray's job list, none remembered by an earlier try of this task): refusing "
+            "to restore it, since restoring unpickles it. Give this task another experiment_name (or storage_path), "
+            "or remove that folder if it is this task's own experiment"
+        )
+    return None
 
 
 def write_job_spec(spec: ExperimentSpec, job_id: str) -> tuple[str, str]:

@@ -28,6 +28,7 @@ from airflow_tune.contract import (
     EXIT_OK,
     JOB_ID_ENV,
     LOG_MARK,
+    RESTORE_AFTER,
     RESULT_FILE,
     SPEC_ENV,
     SPEC_FILE,
@@ -135,11 +136,27 @@ def _forward_to_tune(signum: int, frame: Any) -> None:
     os.kill(os.getpid(), signal.SIGUSR1)
 
 
-def run(spec: ExperimentSpec) -> int:
+def refuse_unlicensed_restore(spec: ExperimentSpec, restore_after: str | None) -> None:
+    """``Tuner.restore`` unpickles ``tuner.pkl``: only state an earlier job of this experiment wrote is restored, and
+    only the submitter, which sees Ray's job list and its task's own records, can say there was one (its
+    entrypoint's ``--restore-after``, which nobody who can write storage can change)."""
+    from airflow_tune.engine.build import EngineError
+
+    if restore_after:
+        say(f"restoring the state that job {restore_after} of this experiment saved")
+        return
+    raise EngineError(
+        f"Tune state (tuner.pkl) exists at {spec.experiment_uri}, but no earlier job of this experiment is known to "
+        "have written it: refusing to unpickle it. Give this task another experiment_name (or storage_path), or "
+        "remove that folder if it is this task's own experiment"
+    )
+
+
+def run(spec: ExperimentSpec, *, restore_after: str | None = None) -> int:
     import ray
 
     from airflow_tune.engine import compat
-    from airflow_tune.engine.build import build_tuner
+    from airflow_tune.engine.build import build_tuner, experiment_state_exists
     from airflow_tune.engine.feasibility import FeasibilityCallback
     from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
@@ -156,6 +173,8 @@ def run(spec: ExperimentSpec) -> int:
         say(f"experiment {spec.name} already finished; result at {result_uri}")
         say("result " + jsonsafe.dumps({k: v for k, v in existing.items() if k != "trials"}))
         return EXIT_OK
+    if experiment_state_exists(spec):
+        refuse_unlicensed_restore(spec, restore_after)
     record_spec(spec)
     tracking = None
     if spec.mlflow is not None:
@@ -224,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m airflow_tune.engine", description=__doc__)
     parser.add_argument("--spec", help="spec file or URI (default: the AIRFLOW_TUNE_SPEC environment variable)")
     parser.add_argument("--spec-digest", help="sha256:<hex> of the spec file's bytes; required with --spec")
+    parser.add_argument(
+        RESTORE_AFTER,
+        dest="restore_after",
+        help="the earlier job of this experiment whose saved Tune state may be restored (default: never restore)",
+    )
     args = parser.parse_args(argv)
     try:
         spec = load_spec(args.spec, args.spec_digest)
@@ -233,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_SPEC
     signal.signal(signal.SIGTERM, _forward_to_tune)
     try:
-        return run(spec)
+        return run(spec, restore_after=args.restore_after)
     except SpecError as exc:
         say(str(exc))
         verdict(str(exc))

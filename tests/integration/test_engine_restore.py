@@ -239,3 +239,33 @@ def test_a_restored_experiment_keeps_its_stoppers_and_runs_the_specs_callbacks(s
     evidence = storage.read_json(evidence_uri)
     assert evidence["tag"] == "second", evidence
     assert [round(c["loss"], 2) for c in evidence["completed"]] == [0.11], evidence
+
+
+def test_the_engine_never_unpickles_tune_state_without_the_submitters_licence(stack, tmp_path):
+    """Defence in depth beside the operator's refusal: a job whose entrypoint names no earlier job of the experiment
+    (``--restore-after``) finds a tuner.pkl and an experiment state planted in its folder and refuses to restore,
+    before Ray or Tune is started; the planted pickle never runs."""
+    import pickle
+
+    marker = tmp_path / "unpickled"
+    spec = jobs.base_spec(
+        stack, jobs.unique_name("planted"), "tune_testkit.functions:return_dict", param_space={"x": 1}
+    )
+    folder = f"{spec['storage_path']}/{spec['name']}"
+    storage.write_bytes(f"{folder}/tuner.pkl", pickle.dumps(_Marker(str(marker))))
+    storage.write_bytes(f"{folder}/experiment_state-2004-01-01_00-00-00.json", b'{"trial_data": []}')
+    final, logs, result = jobs.run(stack, spec)
+    assert final == "FAILED" and result is None, logs[-3000:]
+    assert "refusing to unpickle it" in logs and "restored experiment" not in logs, logs[-3000:]
+    assert jobs.exit_code(stack, jobs._earlier[spec["name"]]) == 2
+    assert not marker.exists()
+
+
+class _Marker:
+    """Unpickling this leaves a file: proof that someone ran ``pickle.loads`` on it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (open, (self.path, "w"))

@@ -14,7 +14,7 @@ from typing import Any
 
 import airflow_tune
 from airflow_tune import storage
-from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, SPEC_ENV
+from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, RESTORE_AFTER, SPEC_ENV
 
 TESTKIT = str(Path(__file__).resolve().parent / "tune_testkit")
 PACKAGE = str(Path(airflow_tune.__file__).resolve().parent)
@@ -27,10 +27,17 @@ def client(stack: Any):
     return JobSubmissionClient(stack.dashboard_url, headers=stack.auth_headers)
 
 
+#: The last job this harness submitted for each experiment name: the next job of that experiment may restore what
+#: it saved, as the operator licenses a job after one it finds in Ray's job list (``--restore-after``).
+_earlier: dict[str, str] = {}
+
+
 def submit(stack: Any, spec: dict[str, Any], *, env: dict[str, str] | None = None, job_id: str | None = None) -> str:
     job_id = job_id or f"tune-{spec['name']}-{uuid.uuid4().hex[:6]}"
+    earlier = _earlier.get(spec["name"])
+    _earlier[spec["name"]] = job_id
     client(stack).submit_job(
-        entrypoint=ENGINE_ENTRYPOINT,
+        entrypoint=ENGINE_ENTRYPOINT + (f" {RESTORE_AFTER} {earlier}" if earlier else ""),
         submission_id=job_id,
         runtime_env={
             "py_modules": [PACKAGE, TESTKIT],
