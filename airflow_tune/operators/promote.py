@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_tune import jsonsafe
+from airflow_tune import jsonsafe, promote_written, registry_owner
 from airflow_tune.compat import SkipMixin
 from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import PromotionError
@@ -60,8 +60,12 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
 
     :param result: the XCom result of :class:`~airflow_tune.operators.tune.RayTuneOperator` (e.g. ``tune.output``).
     :param registry_uri: the registry: ``s3://bucket/models/<name>``, or ``models:/<name>`` for MLflow's Model
-        Registry.
-    :param gate: ``always``, ``better_than_champion`` (on the experiment's metric and mode) or ``threshold``.
+        Registry. Written in the DAG file: rendered, it is refused unless it is an ``s3://`` one under the root the
+        DAG file wrote before a template or the deployment allows (see :mod:`airflow_tune.promote_written`). The
+        first DAG that promotes into a registry owns it; another DAG's promotion is refused
+        (:mod:`airflow_tune.registry_owner`).
+    :param gate: ``always``, ``better_than_champion`` (on the experiment's metric and mode) or ``threshold``; not
+        templated (``threshold`` is).
     :param threshold: with ``gate="threshold"``: promote when the best value reaches it (by the mode).
     :param skip_downstream_if_not_promoted: skip the direct downstream tasks when the winner is not promoted.
     :param aws_conn_id: an Amazon connection for S3 (needs ``apache-airflow-providers-amazon``); by default boto3's
@@ -73,7 +77,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         in its log (see :mod:`airflow_tune.provenance`).
     """
 
-    template_fields: Sequence[str] = ("result", "registry_uri", "gate", "threshold")
+    template_fields: Sequence[str] = ("result", "registry_uri", "threshold")
     template_fields_renderers = {"result": "json"}
     ui_color = "#e8f7e4"
 
@@ -95,6 +99,8 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         self.result = result
         self.registry_uri = registry_uri
         self.gate = gate
+        # Where the winner goes and how it is judged, as the DAG file wrote them: rendered ones are refused at execute.
+        self.written_targets = promote_written.Written.of(registry_uri, gate)
         self.threshold = threshold
         self.skip_downstream_if_not_promoted = skip_downstream_if_not_promoted
         self.aws_conn_id = aws_conn_id
@@ -181,12 +187,14 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
 
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
+        promote_written.check_task(self)
         given, threshold = self._inputs()
         result = self.proven_result(given)
         if is_mlflow_uri(self.registry_uri):
             return self.execute_mlflow(context, result, threshold)
         bucket, prefix = split_s3_uri(self.registry_uri)
         s3 = self.s3_client()
+        registry_owner.check_s3(s3, self.registry_uri, self.dag_id)
         metric, mode = result["metric"], result["mode"]
         value = (result.get("best_metrics") or {}).get(metric)
         champion = read_champion(self.registry_uri, s3)
@@ -222,6 +230,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
 
         if version is None:
             raise PromotionError(f"no objects found under the checkpoint {source}")
+        registry_owner.claim_s3(s3, self.registry_uri, self.dag_id)
         version_prefix = f"{prefix}/versions/{version}"
         copied = self.copy_checkpoint(s3, str(source), bucket, f"{version_prefix}/checkpoint", objects=objects)
         model = self.model_card(context, result, version, copied)

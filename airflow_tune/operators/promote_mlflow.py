@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_tune import registry_owner
 from airflow_tune.exceptions import PromotionError
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class MLflowPromotion:
     # The operator's attributes and methods this path uses.
     registry_uri: str
     gate: str
+    dag_id: str
     mlflow_conn_id: str
     outlets: Any
     log: Any
@@ -90,6 +92,7 @@ class MLflowPromotion:
 
         with hook.client() as client:
             registry = self.mlflow_registry(client, name, hook.tracking_uri)
+            registry_owner.check_mlflow(registry, self.dag_id)
             champion = registry.version_by_alias(CHAMPION_ALIAS)
             existing = registry.find_version(version_name) if version_name else None
             if existing is not None and tags_of(existing).get(TAG + "checkpoint_uri") != source:
@@ -141,8 +144,8 @@ class MLflowPromotion:
                 return self.not_promoted(context, out)
 
             version = existing
+            registry_owner.claim_mlflow(registry, self.dag_id)  # creates the model (with its owner) when it is new
             if version is None:
-                registry.ensure_model()
                 run_id = result.get("mlflow", {}).get("best_run_id") if isinstance(result.get("mlflow"), dict) else None
                 assert version_name is not None and digest is not None
                 tags = version_tags(result, context, version_name, digest, str(source))
