@@ -25,7 +25,7 @@ import pytest
 
 from airflow_tune.exceptions import MLflowError, PromotionError
 from airflow_tune.operators.promote import PromoteCheckpointOperator, registry_asset
-from tests.e2e.dags.mlflow_registry_cases import MLFLOW_REGISTRY
+from tests.e2e.dags.mlflow_registry_cases import MLFLOW_REGISTRY, MLFLOW_TEMPLATED_REGISTRY
 from tests.e2e.helpers import load_dag, run_dag
 from tests.integration.test_promote import BUCKET, put_checkpoint, run, tune_result
 from tests.support.mlflow_server import MlflowRest, mlflow_beside
@@ -60,10 +60,13 @@ def model() -> str:
 
 
 def promote_op(registry: str, result: Any, cls: type = PromoteCheckpointOperator, **kwargs: Any) -> Any:
-    """The operator in a DAG of its own, ``result``'s experiment sealed for that DAG by a Ray job first."""
+    """The operator in the DAG of its registry (a registry belongs to the DAG that first promotes into it),
+    ``result``'s experiment sealed for that DAG by a Ray job first."""
+    import hashlib
+
     from airflow.sdk import DAG
 
-    dag_id = f"aft_promote_mlflow_direct_{uuid.uuid4().hex[:8]}"
+    dag_id = f"aft_promote_mlflow_direct_{hashlib.sha256(registry.encode()).hexdigest()[:8]}"
     with DAG(dag_id, schedule=None):
         return cls(task_id="promote", result=sealed_result(result, dag_id), registry_uri=registry, **kwargs)
 
@@ -346,12 +349,12 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
 
 
 @pytest.mark.timeout(180)
-def test_every_argument_rendered_from_params_and_the_result_as_a_json_string(rest, s3):
-    name = model()
+def test_the_threshold_rendered_from_a_param_and_the_result_as_a_json_string(rest, s3):
+    name = MLFLOW_TEMPLATED_REGISTRY.removeprefix("models:/")
     result = sealed_result(tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 0.3), "aft_promote_mlflow_templated")
     ran = run_dag(
         load_dag("aft_promote_mlflow_templated", FILE),
-        {"result": result, "model": name, "gate": "threshold", "threshold": "0.5"},
+        {"result": result, "threshold": "0.5"},
         logical_date=_unique_date(),
     )
     assert ran.state == "success", (ran.task_states(), ran.errors("promote"))
@@ -450,3 +453,61 @@ def test_download_and_load_from_the_alias_or_a_version_and_refuse_what_we_did_no
         download_checkpoint(f"models:/{name}/99", str(tmp_path / "f"))
     with pytest.raises(ValueError, match="give models:/<name>@<alias> or models:/<name>/<version>"):
         download_checkpoint("models:/", str(tmp_path / "g"))
+
+
+# -- registries are code positions and belong to their DAG (issue 30) ----------------------------------------------
+def owner_tag(rest: MlflowRest, name: str) -> str | None:
+    found = rest.get("registered-models/get", name=name)["registered_model"]
+    return next((t["value"] for t in found.get("tags", []) if t["key"] == "airflow_tune.owner_dag_id"), None)
+
+
+@pytest.mark.timeout(300)
+def test_a_conf_named_model_and_another_dag_writing_the_first_dag_s_model_are_refused_with_the_champion_unmoved(
+    rest, s3
+):
+    from airflow_tune.promote_written import PromotionTargetError
+    from airflow_tune.registry_owner import RegistryOwnerError
+    from tests.e2e.dags.registry_owner_cases import TEAM_A_MODEL
+
+    name = TEAM_A_MODEL.removeprefix("models:/")
+
+    def trigger(dag_id: str, loss: float, **conf: Any) -> Any:
+        result = sealed_result(tune_result(put_checkpoint(s3, {"w.bin": f"{dag_id} {loss}".encode()}), loss), dag_id)
+        dag = load_dag(dag_id, "registry_owner_cases.py")
+        return run_dag(dag, {"result": result, **conf}, logical_date=_unique_date())
+
+    def refused(run_: Any) -> BaseException:
+        assert run_.task_states() == {"tune": "success", "promote": "failed"}, run_.errors("promote")
+        [error] = run_.errors("promote")
+        return error
+
+    first = trigger("aft_owner_team_a_mlflow", 0.4)
+    assert first.state == "success", (first.task_states(), first.errors("promote"))
+    assert owner_tag(rest, name) == "aft_owner_team_a_mlflow"  # created by the promotion, with its owner
+    before = (versions(rest, name), champion(rest, name))
+
+    error = refused(trigger("aft_owner_team_b_conf_mlflow", 0.01, model=name))
+    assert isinstance(error, PromotionTargetError), error
+    assert str(error).startswith(f"registry_uri = {TEAM_A_MODEL!r}: the DAG file did not write this MLflow registry")
+
+    error = refused(trigger("aft_owner_team_b_takes_a_mlflow", 0.01))
+    assert isinstance(error, RegistryOwnerError), error
+    assert str(error).startswith(
+        f"the registry {TEAM_A_MODEL} belongs to DAG 'aft_owner_team_a_mlflow': DAG 'aft_owner_team_b_takes_a_mlflow'"
+    )
+    assert "0.4" not in str(error) and "version" not in str(error)  # the owner's DAG id, never a value of the model
+    assert (versions(rest, name), champion(rest, name)) == before
+
+    again = trigger("aft_owner_team_a_mlflow", 0.3)
+    assert again.state == "success" and again.xcom("promote")["promoted"] is True
+    assert champion(rest, name) == again.xcom("promote")["version"] != before[1]
+
+
+@pytest.mark.timeout(120)
+def test_a_model_from_before_owner_tags_is_adopted_by_its_first_promotion(rest, s3):
+    name = model()
+    register_foreign(rest, name, f"s3://{BUCKET}/elsewhere/model")
+    assert owner_tag(rest, name) is None
+    op = promote_op(f"models:/{name}", tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 3.0))
+    out, _ = run(op)
+    assert out["promoted"] is True and owner_tag(rest, name) == op.dag_id

@@ -107,11 +107,14 @@ def run(op: PromoteCheckpointOperator) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def operator(registry: str, result: Any, *, seal: bool = True, **kwargs: Any) -> PromoteCheckpointOperator:
-    """The operator in a DAG of its own; ``result``'s experiment sealed for that DAG by a Ray job first, as the
-    engine's job would have (``seal=False``: as given, e.g. a forged XCom)."""
+    """The operator in the DAG of its registry (a registry belongs to the DAG that first promotes into it);
+    ``result``'s experiment sealed for that DAG by a Ray job first, as the engine's job would have (``seal=False``: as
+    given, e.g. a forged XCom)."""
+    import hashlib
+
     from airflow.sdk import DAG
 
-    dag_id = f"aft_promote_direct_{uuid.uuid4().hex[:8]}"
+    dag_id = f"aft_promote_direct_{hashlib.sha256(registry.encode()).hexdigest()[:8]}"
     if seal and isinstance(result, dict) and _sealable(result):
         result = sealed_result(result, dag_id)
     with DAG(dag_id, schedule=None):
@@ -233,7 +236,12 @@ def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipa
     assert [key for op, key in ops if op == "UploadPartCopy"] == [f"{dest}/model.bin"] * 2
     assert [key for op, key in ops if op == "CompleteMultipartUpload"] == [f"{dest}/model.bin"]
     puts = [key for op, key in ops if op == "PutObject"]
-    assert puts == [f"{dest.rsplit('/', 1)[0]}/model.json", f"{promote_module.split_s3_uri(registry)[1]}/champion.json"]
+    registry_prefix = promote_module.split_s3_uri(registry)[1]  # the owner record first: the registry's first promotion
+    assert puts == [
+        f"{registry_prefix}/owner.json",
+        f"{dest.rsplit('/', 1)[0]}/model.json",
+        f"{registry_prefix}/champion.json",
+    ]
     # The Asset event carries the version, the value and the metric.
     [outlet] = context["task"].outlets
     assert outlet == registry_asset(registry)

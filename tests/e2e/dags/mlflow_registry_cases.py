@@ -1,7 +1,7 @@
 """DAGs for the MLflow registry tests: a stand-in ``tune`` task hands the run's conf ``result`` to the real
 PromoteCheckpointOperator promoting into ``models:/<name>`` (written literally, so the Asset is known at parse
-time), an asset-scheduled consumer of that registry, and the same promotion with every argument rendered from
-Params (registry, gate, threshold as templates; the result as a JSON string)."""
+time), an asset-scheduled consumer of that registry, and the same promotion with its threshold rendered from a Param
+and the result as a JSON string (the registry and the gate are written here: they are not data)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from airflow.sdk import DAG, Param, get_current_context, task
 from airflow_tune.operators.promote import PromoteCheckpointOperator, registry_asset
 
 MLFLOW_REGISTRY = "models:/aft-e2e-mlflow-skip"
+MLFLOW_TEMPLATED_REGISTRY = "models:/aft-e2e-templated"
 
 with DAG("aft_promote_mlflow", schedule=None, catchup=False, tags=["test"]) as promote_mlflow:
 
@@ -44,11 +45,7 @@ with DAG(
     schedule=None,
     catchup=False,
     tags=["test"],
-    params={
-        "model": Param("aft-e2e-templated", type="string"),
-        "gate": Param("threshold", type="string"),
-        "threshold": Param("0.5", type="string"),
-    },
+    params={"threshold": Param("0.5", type="string")},
 ) as promote_templated:
 
     @task
@@ -60,7 +57,7 @@ with DAG(
     PromoteCheckpointOperator(
         task_id="promote",
         result="{{ ti.xcom_pull(task_ids='tune_json') }}",
-        registry_uri="models:/{{ params.model }}",
-        gate="{{ params.gate }}",
+        registry_uri=MLFLOW_TEMPLATED_REGISTRY,
+        gate="threshold",
         threshold="{{ params.threshold }}",
     ).set_upstream(tune_json())
