@@ -8,7 +8,15 @@ import signal
 import sys
 import tempfile
 
-from benchmarks import completion_latency, engine_scale, job_overhead, parse_cost, trigger_poll, triggerer_scale
+from benchmarks import (
+    completion_latency,
+    engine_scale,
+    job_overhead,
+    parse_cost,
+    provenance_cost,
+    trigger_poll,
+    triggerer_scale,
+)
 
 
 def main() -> None:
@@ -34,6 +42,8 @@ def main() -> None:
             job_overhead.main(state)
             print()
             engine_scale.main(state, trials=int(os.environ.get("AIRFLOW_TUNE_BENCH_TRIALS", "2000")))
+            print()
+            provenance_cost.main(state)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
