@@ -118,8 +118,9 @@ def deployment_roots(connection_roots: Iterable[str] | Callable[[], Iterable[str
 
 def check_storage_path(
     rendered: str, literal_root: str | None, deployment_roots: Iterable[str] | Callable[[], Iterable[str]] = ()
-) -> None:
-    """Refuse a rendered storage path under neither the literal root nor any of the deployment's roots.
+) -> str:
+    """Refuse a rendered storage path under neither the literal root nor any of the deployment's roots; return the
+    root that admits it (canonical).
 
     :param rendered: the storage path as rendered.
     :param literal_root: :func:`literal_root` of the unrendered argument.
@@ -129,24 +130,24 @@ def check_storage_path(
     :raises StorageRootError: the path lies under no root.
     """
     where = parse_storage_uri(rendered)
-    if literal_root is not None and where.is_under(parse_storage_uri(literal_root, "root")):
-        return
+    if literal_root is not None and where.is_under(admitting := parse_storage_uri(literal_root, "root")):
+        return admitting.uri
     counted = 0
     for root in deployment_roots() if callable(deployment_roots) else deployment_roots:
         counted += 1
-        if where.is_under(parse_storage_uri(root, ROOTS_OPTION)):
-            return
+        if where.is_under(admitting := parse_storage_uri(root, ROOTS_OPTION)):
+            return admitting.uri
     raise StorageRootError(rendered, literal_root, counted)
 
 
-def check_task_storage(task: Any, rendered: str) -> None:
+def check_task_storage(task: Any, rendered: str) -> str:
     """:func:`check_storage_path` for a RayTuneOperator: its ``literal_storage_root``, none when a mapped task got
     ``storage_path`` through ``expand()`` from an XCom (data, though it arrives as an argument), and the deployment's
-    roots from Airflow's config and the task's ``ray`` connection, read only when needed."""
+    roots from Airflow's config and the task's ``ray`` connection, read only when needed. Returns the admitting root."""
     from airflow_tune import code
 
     literal = getattr(task, "literal_storage_root", None)
     mapped_task = task.dag.task_dict.get(task.task_id) if task.has_dag() else None
     if literal is not None and code.arguments_mapped_from_data(mapped_task, ["storage_path"]):
         literal = None
-    check_storage_path(rendered, literal, lambda: deployment_roots(lambda: task.hook.allowed_storage_roots))
+    return check_storage_path(rendered, literal, lambda: deployment_roots(lambda: task.hook.allowed_storage_roots))

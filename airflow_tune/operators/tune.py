@@ -325,9 +325,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
 
     def submit_experiment(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
         """Write the job's spec and submit the driver, with the trainable shipped by value when it must be."""
-        # Before anything is written or submitted: the tracking server must answer; the engine runs on the cluster Ray.
-        if spec.mlflow is not None:
-            self.mlflow_hook.preflight()
+        # Before anything is written or submitted: the experiment's folder is its own and the tracking server answers
+        # (check_before_writing); the engine runs on the cluster Ray.
+        self.check_before_writing(spec)
         cluster_ray = self.hook.check_ray_version()
         if self.trainable_object is not None and self.trainable_code.by_value:
             ray_extra.refuse_by_value(self.trainable_code.source, cluster_ray)

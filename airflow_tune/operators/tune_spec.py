@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from airflow_tune import code, roots
+from airflow_tune import code, disjoint, roots
 from airflow_tune.contract import JOB_ID_ENV
 from airflow_tune.rendered import coerce_rendered
 from airflow_tune.spec import ExperimentSpec, experiment_name_for, node_pins
@@ -78,6 +78,8 @@ class TuneSpecBuilder:
     pip: Any
     ship_engine: bool
     stop_wait_s: int
+    #: The storage root that admitted the rendered storage path (set by build_spec).
+    storage_root: str | None = None
     hook: Any
     log: Any
     task_id: str
@@ -114,12 +116,20 @@ class TuneSpecBuilder:
         if tracking is not None:
             data["mlflow"] = tracking
         spec = ExperimentSpec.from_dict(data)
-        roots.check_task_storage(self, spec.storage_path)
+        self.storage_root = roots.check_task_storage(self, spec.storage_path)
         self.check_destinations(spec)
         allow_listed = self.check_code_references(spec)
         if allow_listed:
             spec = dataclasses.replace(spec, allow_listed=allow_listed)
         return spec
+
+    def check_before_writing(self, spec: ExperimentSpec) -> None:
+        """The checks that ask storage and servers, before anything of a job is written or submitted: the
+        experiment's folder lies inside no other experiment's or registry's folder and holds none
+        (:mod:`airflow_tune.disjoint`); the tracking server answers."""
+        disjoint.check_experiment_folder(spec.storage_path, spec.name, self.storage_root, log=self.log)
+        if spec.mlflow is not None:
+            self.mlflow_hook.preflight()
 
     @cached_property
     def mlflow_hook(self) -> MLflowHook:

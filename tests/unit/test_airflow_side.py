@@ -26,6 +26,7 @@ from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.sensors.tune import RayTuneSensor
 from airflow_tune.spec import experiment_name_for
 from airflow_tune.triggers.tune import RayTuneTrigger, best_reaches
+from tests.support.fake_store import dict_stores
 
 TOKEN = "tok-5ecret-0f-the-ray-dashboard"
 
@@ -272,6 +273,7 @@ def _run_execute(op: RayTuneOperator, context: dict) -> tuple[Any, RecordingHook
         mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),
         mock.patch("airflow_tune.storage.read_bytes_or_none", return_value=None),
         mock.patch("airflow_tune.storage.write_json", side_effect=hook.written.__setitem__),  # type: ignore[attr-defined]
+        mock.patch("airflow_tune.disjoint.store_for", dict_stores(hook.written)),  # type: ignore[attr-defined]
         mock.patch(
             "airflow_tune.storage.write_bytes",
             side_effect=lambda uri, data: hook.written.__setitem__(uri, json.loads(data)),  # type: ignore[attr-defined]

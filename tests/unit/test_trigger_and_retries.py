@@ -28,6 +28,7 @@ from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.provenance import seal_line
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
+from tests.support.fake_store import dict_stores
 
 # -- the trigger ------------------------------------------------------------------------------------------------------
 
@@ -198,6 +199,7 @@ def files(monkeypatch) -> dict[str, Any]:
     stored: dict[str, Any] = {}
     monkeypatch.setattr("airflow_tune.storage.read_json_or_none", lambda uri: json.loads(json.dumps(stored.get(uri))))
     monkeypatch.setattr("airflow_tune.storage.write_json", stored.__setitem__)
+    monkeypatch.setattr("airflow_tune.disjoint.store_for", dict_stores(stored))  # and the disjointness probes
     monkeypatch.setattr("airflow_tune.storage.write_bytes", lambda uri, data: stored.__setitem__(uri, json.loads(data)))
     monkeypatch.setattr(
         "airflow_tune.storage.read_bytes_or_none", lambda uri: _bytes(stored[uri]) if uri in stored else None
