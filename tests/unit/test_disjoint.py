@@ -308,3 +308,9 @@ def test_disjoint_imports_neither_airflow_nor_ray_nor_boto3_nor_pyarrow_at_impor
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_registry_layout_is_the_registrys_own():
+    from airflow_tune import registry, registry_owner
+
+    assert (disjoint.CHAMPION_FILE, disjoint.REGISTRY_OWNER_FILE) == (registry.CHAMPION_FILE, registry_owner.OWNER_FILE)
