@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["RESULT_KEYS", "RayTuneOperator", "engine_package_dir"]
-STATE_JOB_ID = "ray_job_id"
 
 
 class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
@@ -298,7 +297,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
             if found.live is not None:
                 job_id = str(found.live["submission_id"])
                 self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
-                self._remember_job(context, job_id)
+                reconcile.remember_job(context, job_id, self.log)
                 return job_id, None
             if found.result is not None:
                 return found.result.get("job_id") or (found.jobs[0]["submission_id"] if found.jobs else None), (
@@ -312,19 +311,23 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
                     spec.experiment_uri,
                 )
             job_id = reconcile.next_job_id(spec, found)
+            restore_after = reconcile.restore_licence(spec, found, reconcile.remembered_job(context))
             try:
-                self.submit_experiment(context, spec, job_id)
+                self.submit_experiment(context, spec, job_id, restore_after)
             except RayJobError as exc:
                 if "already exists" not in str(exc):
                     raise
                 self.log.info("Ray job %s was submitted by another try at the same moment; looking again", job_id)
                 continue
-            self._remember_job(context, job_id)
+            reconcile.remember_job(context, job_id, self.log)
             return job_id, None
         raise RayJobError(f"experiment {spec.name}: jobs kept appearing while submitting; retry the task")
 
-    def submit_experiment(self, context: Context, spec: ExperimentSpec, job_id: str) -> None:
-        """Write the job's spec and submit the driver, with the trainable shipped by value when it must be."""
+    def submit_experiment(
+        self, context: Context, spec: ExperimentSpec, job_id: str, restore_after: str | None = None
+    ) -> None:
+        """Write the job's spec and submit the driver, with the trainable shipped by value when it must be; the
+        driver restores saved Tune state only when ``restore_after`` names the earlier job that wrote it."""
         # Before anything is written or submitted: the experiment's folder is its own and the tracking server answers
         # (check_before_writing); the engine runs on the cluster Ray.
         self.check_before_writing(spec)
@@ -341,22 +344,13 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
                 shipped.append(stack.enter_context(code.shipped_package(self.trainable_code)))
                 self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
             self.hook.submit_job(
-                entrypoint=engine_command(spec_uri, spec_digest),
+                entrypoint=engine_command(spec_uri, spec_digest, restore_after=restore_after),
                 submission_id=job_id,
                 runtime_env=self.build_runtime_env(spec, job_id, shipped),
                 metadata=metadata,
                 same_ray_version=False,  # checked above
             )
         self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
-
-    def _remember_job(self, context: Context, job_id: str) -> None:
-        store = context.get("task_state_store")  # type: ignore[call-overload]
-        if store is None:
-            return
-        try:
-            store.set(STATE_JOB_ID, job_id)
-        except Exception as exc:  # the job metadata still identifies the experiment's jobs
-            self.log.warning("Could not keep the job id in task_state_store: %s", exc)
 
     # -- results ------------------------------------------------------------------------------------------------
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:

@@ -272,6 +272,7 @@ def _run_execute(op: RayTuneOperator, context: dict) -> tuple[Any, RecordingHook
     with (
         mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),
         mock.patch("airflow_tune.storage.read_bytes_or_none", return_value=None),
+        mock.patch("airflow_tune.storage.exists", return_value=False),
         mock.patch("airflow_tune.storage.write_json", side_effect=hook.written.__setitem__),  # type: ignore[attr-defined]
         mock.patch("airflow_tune.disjoint.store_for", dict_stores(hook.written)),  # type: ignore[attr-defined]
         mock.patch(

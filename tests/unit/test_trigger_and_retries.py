@@ -201,6 +201,7 @@ def files(monkeypatch) -> dict[str, Any]:
     monkeypatch.setattr("airflow_tune.storage.write_json", stored.__setitem__)
     monkeypatch.setattr("airflow_tune.disjoint.store_for", dict_stores(stored))  # and the disjointness probes
     monkeypatch.setattr("airflow_tune.storage.write_bytes", lambda uri, data: stored.__setitem__(uri, json.loads(data)))
+    monkeypatch.setattr("airflow_tune.storage.exists", lambda uri: uri in stored)
     monkeypatch.setattr(
         "airflow_tune.storage.read_bytes_or_none", lambda uri: _bytes(stored[uri]) if uri in stored else None
     )
@@ -399,6 +400,40 @@ def test_a_failed_result_is_not_a_result_the_next_attempt_restores(files):
     files["s3://bkt/exps/exp/.airflow_tune/result.json"] = {"status": "failed", "fingerprint": spec.fingerprint()}
     jobs = FakeJobs([_live(_op(), files, status="FAILED"), _live(_op(), files, job_id="exp-2", status="STOPPED")])
     assert _resume(_op(), jobs) == ("exp-3", None)
+
+
+def test_the_next_job_restores_only_state_a_known_job_of_the_experiment_saved(files):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    files[f"{spec.experiment_uri}/tuner.pkl"] = "a pickle"
+    # An earlier job in Ray's job list licenses the restore, in the entrypoint only the submitter sets.
+    jobs = FakeJobs([_live(_op(), files, status="STOPPED")])
+    assert _resume(_op(), jobs) == ("exp-2", None)
+    assert jobs.submitted[0]["entrypoint"].endswith(" --restore-after exp-1")
+    # A cluster that lost its job history: the earlier try's own record (task_state_store) licenses it.
+    jobs = FakeJobs()
+    op = _op()
+    op.__dict__["hook"] = jobs
+    context = {**_context(), "task_state_store": SimpleNamespace(get=lambda key: "exp-1", set=lambda k, v: None)}
+    assert op.resume_or_submit(context, op.build_spec(context)) == ("exp-1", None)  # type: ignore[arg-type]
+    assert jobs.submitted[0]["entrypoint"].endswith(" --restore-after exp-1")
+    # A first job: nothing to restore, and no licence.
+    del files[f"{spec.experiment_uri}/tuner.pkl"]
+    jobs = FakeJobs()
+    _resume(_op(), jobs)
+    assert "--restore-after" not in jobs.submitted[0]["entrypoint"]
+
+
+@pytest.mark.parametrize("remembered", [None, "another-experiment-1"], ids=["none", "another-experiments-job"])
+def test_tune_state_no_known_job_wrote_is_refused_before_anything_is_submitted(files, remembered):
+    spec = _op().build_spec(_context())  # type: ignore[arg-type]
+    files[f"{spec.experiment_uri}/tuner.pkl"] = "someone's pickle"
+    jobs = FakeJobs()
+    op = _op()
+    op.__dict__["hook"] = jobs
+    context = {**_context(), "task_state_store": SimpleNamespace(get=lambda key: remembered, set=lambda k, v: None)}
+    with pytest.raises(ExperimentStorageError, match=r"Tune state \(tuner.pkl\) exists .* refusing to restore it"):
+        op.resume_or_submit(context, op.build_spec(context))  # type: ignore[arg-type]
+    assert jobs.submitted == []
 
 
 def test_a_try_that_loses_the_race_to_submit_reattaches_to_the_winner(files):
