@@ -83,7 +83,11 @@ def check_gate(gate: Any, written: Written) -> None:
 
 
 def check_registry(
-    registry_uri: Any, written: Written, deployment_roots: Iterable[str] | Callable[[], Iterable[str]] = ()
+    registry_uri: Any,
+    written: Written,
+    deployment_roots: Iterable[str] | Callable[[], Iterable[str]] = (),
+    *,
+    field: str = "registry_uri",
 ) -> None:
     """Refuse a registry the DAG file did not write, unless it is an ``s3://`` one under a root the DAG file wrote
     or the deployment allows.
@@ -92,6 +96,7 @@ def check_registry(
     :param written: what the DAG file wrote (:meth:`Written.of`).
     :param deployment_roots: the deployment's storage roots, or a function giving them (called only when the
         written root does not admit the registry).
+    :param field: the argument named in a refusal (``warm_start`` reads a registry too).
     :raises PromotionTargetError: naming ``registry_uri``, the value and the fix.
     :raises StorageURIError: a rendered ``s3://`` registry that is not a plain URI (naming ``registry_uri``).
     """
@@ -99,20 +104,20 @@ def check_registry(
         return
     if is_mlflow_uri(registry_uri):
         raise PromotionTargetError(
-            "registry_uri",
+            field,
             registry_uri,
             f"the DAG file did not write this MLflow registry (it came from {_DATA}); a registered model's name "
             "chooses whose model a promotion moves, and a name has no root to stay under",
             'Write it in the DAG file, e.g. registry_uri="models:/digits" (one promote task per model)',
         )
-    parse_storage_uri(registry_uri, "registry_uri")
+    parse_storage_uri(registry_uri, field)
     try:
         roots.check_storage_path(registry_uri, written.registry_root, deployment_roots)
     except roots.StorageRootError as exc:
         wrote = f"the DAG file's root is {exc.literal_root!r}" if exc.literal_root else "the DAG file wrote no root"
         count = exc.deployment_roots
         raise PromotionTargetError(
-            "registry_uri",
+            field,
             registry_uri,
             f"the DAG file did not write this registry (it came from {_DATA}) and it lies under no root ({wrote}; "
             f"the deployment allows {count} root{'' if count == 1 else 's'}); a registry is where this DAG's winners "

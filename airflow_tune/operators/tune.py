@@ -18,6 +18,7 @@ from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.operators.tune_spec import SPEC_FIELDS, TuneSpecBuilder, engine_package_dir
 from airflow_tune.operators.tune_wait import JobWaiting
+from airflow_tune.promote_written import Written
 from airflow_tune.spec import ExperimentSpec
 
 if TYPE_CHECKING:
@@ -185,6 +186,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         # Node pins ({"node:<ip>": 0.01}) and loggers' URLs choose machines and servers: only the DAG file writes them.
         self.literal_node_pins = code.literal_node_pins(resources_per_trial)
         self.literal_destinations = code.literal_destinations(callbacks)
+        self.written_warm_start = Written.of(warm_start, None)  # a registry read is a destination too
         self.storage_path = storage_path
         # The storage root the DAG file wrote (before rendering): a rendered storage_path must stay under it.
         self.literal_storage_root = roots.literal_root(storage_path)

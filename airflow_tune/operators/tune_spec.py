@@ -260,6 +260,8 @@ class TuneSpecBuilder:
 
         if not self.warm_start:
             return None
+        if isinstance(self.warm_start, str) and ("://" in self.warm_start or self.warm_start.startswith("models:/")):
+            self.check_warm_start_source()
         config: Any = None
         if isinstance(self.warm_start, str) and self.warm_start.startswith("models:/"):
             from airflow_tune.hooks.mlflow import MLflowHook
@@ -287,6 +289,24 @@ class TuneSpecBuilder:
         point = restrict(config, param_space)
         self.log.info("Warm start: trying %s first", point)
         return point or None
+
+    def check_warm_start_source(self) -> None:
+        """A registry the warm start reads is one the DAG file wrote, or an ``s3://`` one under a root the DAG file
+        wrote or the deployment allows, as ``PromoteCheckpointOperator``'s ``registry_uri``: a conf chooses values,
+        never whose champion is read."""
+        from airflow_tune import code
+        from airflow_tune.promote_written import Written, check_registry
+
+        written: Written = getattr(self, "written_warm_start", None) or Written()
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        if code.arguments_mapped_from_data(mapped_task, ["warm_start"]):
+            written = Written()
+        check_registry(
+            self.warm_start,
+            written,
+            lambda: roots.deployment_roots(lambda: self.hook.allowed_storage_roots),
+            field="warm_start",
+        )
 
     @staticmethod
     def default_experiment_name(context: Context) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_tune.operators.promote import CHAMPION_FILE, registry_asset, split_s3_uri
 from tests.e2e.dags.promote_cases import NOSKIP_REGISTRY, SKIP_REGISTRY
-from tests.e2e.helpers import load_dag, run_dag
+from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -217,6 +217,22 @@ def test_warm_start_from_the_registry_champion_and_without_one(s3_client):
     spec, manifest = _manifest(s3_client, cold.xcom("tune"))
     assert not spec.get("points_to_evaluate")
     assert manifest["num_trials"] == 2 and manifest["num_terminated"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_warm_start_registry_a_conf_chooses_outside_the_dag_files_root_is_refused_before_anything(s3_client):
+    """Whose champion a warm start reads is not data (issue 30): another team's registry, named whole by a conf, is
+    refused before its champion is read and before any Ray job; under the DAG file's root, a conf's name is read."""
+    other = f"s3://airflow-tune/other-team/models/{uuid.uuid4().hex[:8]}"
+    bucket, prefix = split_s3_uri(other)
+    secret = {"version": "v1", "value": 0.1, "metric": "loss", "mode": "min", "config": {"x": 9.5}}
+    s3_client.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=json.dumps(secret).encode())
+    run = run_dag(load_dag("aft_warm_start_from_conf", FILE), {"registry": other}, logical_date=_unique_date())
+    assert run.task_states() == {"tune": "failed"}
+    [error] = run.errors("tune")
+    assert "warm_start = " in str(error) and "the DAG file did not write this registry" in str(error), error
+    assert "9.5" not in str(error)
+    assert jobs_of(experiment("aft_warm_start_from_conf", run.run_id)) == []
 
 
 @pytest.mark.timeout(120)

@@ -29,7 +29,7 @@ with DAG(
         mode="min",
         param_space={"x": {"grid_search": [1, 3]}, "steps": 2},
         checkpoint={"num_to_keep": 2},
-        warm_start="{{ params.registry }}",
+        warm_start="s3://airflow-tune/e2e-registry/{{ params.registry.rsplit('/', 1)[1] }}",
         py_modules=[TESTKIT],
         progress_interval_s=1.0,
         poll_interval=0.5,

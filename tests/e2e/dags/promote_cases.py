@@ -78,7 +78,21 @@ with DAG(
     tags=["test"],
     params={"registry": Param("s3://airflow-tune/e2e-registry/none", type="string")},
 ) as warm_registry:
+    # The registry's root is written here; the conf names a registry under it (its last segment is kept).
+    _warm_tune("tune", "s3://airflow-tune/e2e-registry/{{ params.registry.rsplit('/', 1)[1] }}")
+
+with DAG(
+    "aft_warm_start_from_conf",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={"registry": Param("s3://airflow-tune/e2e-registry/none", type="string")},
+) as warm_from_conf:
+    # No registry written in the DAG file: whose champion is read is not the conf's to choose.
     _warm_tune("tune", "{{ params.registry }}")
+
+with DAG("aft_warm_start_mlflow", schedule=None, catchup=False, tags=["test"]) as warm_mlflow:
+    _warm_tune("tune", "models:/aft-warm-start@champion")
 
 with DAG("aft_warm_start_xcom", schedule=None, catchup=False, tags=["test"]) as warm_xcom:
 
