@@ -366,22 +366,19 @@ def test_the_threshold_rendered_from_a_param_and_the_result_as_a_json_string(res
 # -- warm start and deploy-side loading ----------------------------------------------------------------------------
 @pytest.mark.timeout(240)
 def test_warm_start_from_the_mlflow_champion_and_without_one(rest, s3):
-    """One real tune run from ``models:/<name>@champion`` (rendered from a Param); the bare form and a model without
-    a champion through the operator's own warm-start step (what build_spec calls), which a tune run would not add to."""
+    """One real tune run from ``models:/<name>@champion`` (written in the DAG file: a model's name is not data); the
+    bare form and a model without a champion through the operator's own warm-start step (what build_spec calls),
+    which a tune run would not add to."""
     from airflow.sdk import DAG
 
     from tests.e2e.dags.promote_cases import WARM_SPACE, _warm_tune
     from tests.e2e.test_promote_dags import FILE as PROMOTE_CASES
     from tests.e2e.test_promote_dags import _manifest
 
-    name = model()
+    name = "aft-warm-start"  # the model aft_warm_start_mlflow's DAG file names
     result = {**tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 0.2), "best_config": {"x": 2.5, "steps": 7}}
     run(promote_op(f"models:/{name}", result))
-    warm = run_dag(
-        load_dag("aft_warm_start_registry", PROMOTE_CASES),
-        {"registry": f"models:/{name}@champion"},
-        logical_date=_unique_date(),
-    )
+    warm = run_dag(load_dag("aft_warm_start_mlflow", PROMOTE_CASES), None, logical_date=_unique_date())
     assert warm.state == "success", (warm.task_states(), warm.errors("tune"))
     spec, manifest = _manifest(s3, warm.xcom("tune"))
     assert spec["points_to_evaluate"] == [{"x": 2.5}]  # only the sampled key
@@ -483,7 +480,6 @@ def test_a_conf_named_model_and_another_dag_writing_the_first_dag_s_model_are_re
 
     first = trigger("aft_owner_team_a_mlflow", 0.4)
     assert first.state == "success", (first.task_states(), first.errors("promote"))
-    assert owner_tag(rest, name) == "aft_owner_team_a_mlflow"  # created by the promotion, with its owner
     before = (versions(rest, name), champion(rest, name))
 
     error = refused(trigger("aft_owner_team_b_conf_mlflow", 0.01, model=name))
@@ -497,6 +493,7 @@ def test_a_conf_named_model_and_another_dag_writing_the_first_dag_s_model_are_re
     )
     assert "0.4" not in str(error) and "version" not in str(error)  # the owner's DAG id, never a value of the model
     assert (versions(rest, name), champion(rest, name)) == before
+    assert owner_tag(rest, name) == "aft_owner_team_a_mlflow"  # created by the first promotion, with its owner
 
     again = trigger("aft_owner_team_a_mlflow", 0.3)
     assert again.state == "success" and again.xcom("promote")["promoted"] is True

@@ -55,7 +55,7 @@ def owner(client: Any, registry: str) -> str:
 def test_a_registry_rendered_from_params_naming_another_team_s_is_refused_before_any_s3_call(s3_calls, reader):
     theirs = registry_uri()
     out, _ = run(promote("aft_targets_team_a", theirs, tune_result(put_checkpoint(reader, {"w": b"a"}), 0.5)))
-    assert out["promoted"] is True and owner(reader, theirs) == "aft_targets_team_a"
+    assert out["promoted"] is True
     before = objects(reader, theirs)
 
     op = promote(
@@ -79,8 +79,6 @@ def test_another_dag_reads_only_the_owner_record_writes_nothing_and_the_champion
     bucket, prefix = split_s3_uri(registry)
     first, _ = run(promote("aft_targets_owner", registry, tune_result(put_checkpoint(reader, {"w": b"1"}), 0.5)))
     assert first["promoted"] is True
-    record = json.loads(objects(reader, registry)[f"{prefix}/{OWNER_FILE}"])
-    assert record["dag_id"] == "aft_targets_owner" and set(record) == {"dag_id", "claimed_at"}
     before = objects(reader, registry)
 
     intruder = promote("aft_targets_intruder", registry, tune_result(put_checkpoint(reader, {"w": b"2"}), 0.1))
@@ -95,6 +93,8 @@ def test_another_dag_reads_only_the_owner_record_writes_nothing_and_the_champion
     assert registry_ops == [("GetObject", f"{prefix}/{OWNER_FILE}")], "the owner record and nothing else"
     assert not {op for op, _ in s3_calls.ops()} & WRITES
     assert objects(reader, registry) == before
+    record = json.loads(before[f"{prefix}/{OWNER_FILE}"])
+    assert record["dag_id"] == "aft_targets_owner" and set(record) == {"dag_id", "claimed_at"}
 
     # The owner's retry of its own promotion and its next one go through.
     again, _ = run(promote("aft_targets_owner", registry, tune_result(put_checkpoint(reader, {"w": b"3"}), 0.2)))
