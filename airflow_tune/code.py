@@ -3,9 +3,10 @@
 Who may trigger a DAG and who may write one are different roles in Airflow. Anything that reaches the operator
 through rendering (a template, a Param, a trigger conf, an XCom, a macro) is data. Code is what the cluster imports
 and runs: the trainable, a scheduler or searcher factory, a custom callback, a ``sample_from`` function. An import
-path is accepted only when it was written in the DAG file, that is, present in the operator's arguments before
-rendering, or when the deployment allow-lists it (the ``[airflow_tune] allowed_code_references`` option or the
-``ray`` connection's extra of the same name; no DAG run can change either).
+path is accepted only when it was written in the DAG file in a code position of the same argument, that is, present
+there in the operator's arguments before rendering (:mod:`airflow_tune.literal_code`), or when the deployment
+allow-lists it (the ``[airflow_tune] allowed_code_references`` option or the ``ray`` connection's extra of the same
+name; no DAG run can change either).
 
 A trainable passed as a Python object is code the DAG author wrote. When the cluster cannot import it by name (it
 lives in the DAG file, which Airflow loads under a generated module name, or it is a lambda or a closure), it is
@@ -26,20 +27,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_tune.spec import IMPORT_PATH
+from airflow_tune.literal_code import JINJA_BLOCK as _JINJA_BLOCK
+from airflow_tune.literal_code import literal_import_paths as literal_import_paths
+from airflow_tune.literal_code import wrote_in
+from airflow_tune.spec.trust import CODE_FIELDS
 
 if TYPE_CHECKING:
     from airflow_tune.spec import ExperimentSpec
 
 #: Operator arguments whose import paths the cluster runs, and the spec fields each one fills.
-CODE_ARGUMENTS = ("trainable", "param_space", "scheduler", "search", "callbacks")
+CODE_ARGUMENTS = CODE_FIELDS
 ALLOW_LIST_OPTION = "allowed_code_references"
 CONFIG_SECTION = "airflow_tune"
 #: The package a by-value trainable travels in (a folder in the job's ``py_modules``).
 SHIPPED_PACKAGE = "airflow_tune_shipped"
 _PICKLE_FILE = "trainable.pkl"
 NODE_PIN_PREFIX = "node:"
-_JINJA_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
 _QUOTED = re.compile(r"\"([^\"]*)\"|'([^']*)'")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"']*\Z")
 
@@ -86,11 +89,6 @@ def literal_strings(value: Any) -> set[str]:
         elif isinstance(node, (list, tuple)):
             stack.extend(node)
     return found
-
-
-def literal_import_paths(value: Any) -> set[str]:
-    """The import paths among :func:`literal_strings`: only these (or allow-listed ones) may run."""
-    return {s for s in literal_strings(value) if IMPORT_PATH.match(s)}
 
 
 def literal_destinations(callbacks: Any) -> set[str]:
@@ -174,15 +172,16 @@ def licensed_by(path: str, patterns: Iterable[str]) -> bool:
 def review_references(
     spec: ExperimentSpec, literal: Mapping[str, set[str]], patterns: Iterable[str] = ()
 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """The (field, import path) pairs of ``spec`` that neither the DAG file wrote nor the allow-list licenses, and
-    the import paths only the allow-list licensed (the engine resolves those strictly)."""
+    """The (field, import path) pairs of ``spec`` that neither the DAG file wrote in a code position of the field's
+    argument (``literal``: :func:`literal_import_paths` of each) nor the allow-list licenses, and the import paths
+    only the allow-list licensed (the engine resolves those strictly)."""
     from airflow_tune.spec import code_references
 
     patterns = list(patterns)
     refused: list[tuple[str, str]] = []
     allow_listed: list[str] = []
     for field_path, path in code_references(spec):
-        if path in literal.get(argument_of(field_path), set()):
+        if wrote_in(path, argument_of(field_path), literal):
             continue
         if licensed_by(path, patterns):
             if path not in allow_listed:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from airflow_tune.contract import join_uri
-from airflow_tune.spec.callbacks import callback_factory, check_callbacks
+from airflow_tune.spec.callbacks import check_callbacks
 from airflow_tune.spec.compatibility import check_combinations
 from airflow_tune.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number, show
 from airflow_tune.spec.naming import check_name, check_storage
@@ -32,11 +32,10 @@ from airflow_tune.spec.space import (
     IMPORT_PATH,
     check_param_space,
     primitive_of,
-    space_code_references,
 )
 from airflow_tune.spec.stopping import check_stop, experiment_stoppers
 from airflow_tune.spec.tracking import check_no_double_tracking, check_tracking
-from airflow_tune.spec.trust import check_data_only, check_provenance
+from airflow_tune.spec.trust import check_data_only, check_provenance, field_code_references
 
 SPEC_VERSION = 1
 ERRORED_TRIAL_POLICIES = ("resume", "restart", "keep")
@@ -111,6 +110,8 @@ class ExperimentSpec:
         errors = Errors()
         if not isinstance(data, Mapping):
             raise SpecError([f"spec = {show(data)}: must be a JSON object; pass a dict of the spec's fields"])
+        # Checked as the engine reads it: its JSON has lists where a rendered value had tuples.
+        data = _lists_for_tuples(data)
         known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
@@ -340,26 +341,31 @@ def _check_int(kw: dict[str, Any], key: str, errors: Errors, *, minimum: int, fi
         errors.add(key, value, f"must be an integer >= {minimum}", fix)
 
 
+def _lists_for_tuples(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _lists_for_tuples(child) for key, child in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_lists_for_tuples(child) for child in value]
+    return value
+
+
 def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
     """Every import path of a spec, with its field: the code the cluster imports and runs for this experiment.
 
     ``trainable``, ``scheduler.factory``, ``search.factory``, each callback's ``factory`` and each ``sample_from`` in
-    ``param_space`` or in PBT's ``hyperparam_mutations``. Everything else in a spec is data.
+    ``param_space`` or in PBT's ``hyperparam_mutations`` (:func:`~airflow_tune.spec.trust.field_code_references`).
+    Everything else in a spec is data.
     """
-    refs: list[tuple[str, str]] = [("trainable", spec.trainable)]
-    if spec.scheduler.factory:
-        refs.append(("scheduler.factory", spec.scheduler.factory))
-    if spec.search.factory:
-        refs.append(("search.factory", spec.search.factory))
-    for i, entry in enumerate(spec.callbacks or []):
-        factory = callback_factory(entry)
-        if factory:
-            refs.append((f"callbacks[{i}].factory", factory))
-    for key, node in spec.param_space.items():
-        refs += space_code_references(node, f"param_space.{key}")
-    mutations = spec.scheduler.args.get("hyperparam_mutations") if isinstance(spec.scheduler.args, Mapping) else None
-    if isinstance(mutations, Mapping):
-        for key, node in mutations.items():
-            if not isinstance(node, list):  # a list of values is data; anything else is a search-space node
-                refs += space_code_references(node, f"scheduler.args.hyperparam_mutations.{key}")
-    return refs
+    fields_as_given = {
+        "trainable": spec.trainable,
+        "scheduler": {"factory": spec.scheduler.factory, "args": spec.scheduler.args},
+        "search": {"factory": spec.search.factory},
+        "callbacks": spec.callbacks or [],
+        "param_space": spec.param_space,
+    }
+    return [
+        (where, path)
+        for name, value in fields_as_given.items()
+        for where, path in field_code_references(name, value)
+        if isinstance(path, str)
+    ]

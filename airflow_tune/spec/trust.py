@@ -3,6 +3,7 @@
 - :func:`check_data_only`: a spec is strict JSON data: no mapping with a key a Ray Tune decoder acts on and no NaN or
   infinity, in any field at any depth (see :data:`~airflow_tune.spec.space.TUNE_DECODER_KEYS`).
 - :func:`check_provenance`: ``owner``, ``trainable_digest`` and ``allow_listed`` have their operator-made shapes.
+- :func:`field_code_references`: where a field holds code (an import path the cluster imports); the rest is data.
 """
 
 from __future__ import annotations
@@ -11,9 +12,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_tune.spec.callbacks import callback_factory
 from airflow_tune.spec.errors import Errors
 from airflow_tune.spec.parts import PARTS, normalize_part
-from airflow_tune.spec.space import IMPORT_PATH, decoder_keys_of, non_finite_numbers, tune_code_nodes
+from airflow_tune.spec.space import (
+    IMPORT_PATH,
+    decoder_keys_of,
+    non_finite_numbers,
+    space_code_references,
+    tune_code_nodes,
+)
+
+#: The fields that hold code, each in the positions :func:`field_code_references` names.
+CODE_FIELDS = ("trainable", "param_space", "scheduler", "search", "callbacks")
 
 _OWNER_KEYS: dict[str, type | tuple[type, ...]] = {
     "dag_id": str,
@@ -75,3 +86,33 @@ def check_data_only(data: Mapping[str, Any], errors: Errors) -> None:
                 "not a finite number (strict JSON has no NaN or infinity)",
                 "give a finite number, or null or a string that the trainable converts",
             )
+
+
+def field_code_references(name: str, value: Any) -> list[tuple[str, Any]]:
+    """The code positions of the spec field ``name`` holding ``value`` (in any form the field accepts), with what each
+    holds: the ``trainable`` itself; each ``sample_from`` of ``param_space`` (inside nested configs, lists, ``choice``
+    and ``grid_search``, never inside ``const``; the space's own keys are parameter names); a scheduler's or
+    searcher's ``factory`` (``"pkg.mod:make"`` alone is one) and each ``sample_from`` of PBT's
+    ``hyperparam_mutations`` that is not a list of values; each callback's class path or ``factory``. Everything
+    else a field holds is data. The one grammar of code: :func:`~airflow_tune.spec.code_references` reads a spec
+    with it, and the operator reads its arguments as the DAG file wrote them with it."""
+    if name == "trainable":
+        return [("trainable", value)] if isinstance(value, str) else []
+    if name == "param_space":
+        items = value.items() if isinstance(value, Mapping) else []
+        return [ref for key, node in items for ref in space_code_references(node, f"param_space.{key}")]
+    if name == "callbacks":
+        entries = enumerate(value if isinstance(value, list) else [])
+        return [(f"callbacks[{i}].factory", path) for i, entry in entries if (path := callback_factory(entry))]
+    if name not in ("scheduler", "search"):
+        return []
+    part = normalize_part(name, value)
+    if not isinstance(part, Mapping):
+        return []
+    refs: list[tuple[str, Any]] = [(f"{name}.factory", part["factory"])] if part.get("factory") else []
+    args = part.get("args")
+    mutations = args.get("hyperparam_mutations") if name == "scheduler" and isinstance(args, Mapping) else None
+    for key, node in mutations.items() if isinstance(mutations, Mapping) else []:
+        if not isinstance(node, list):  # a list of values is data; anything else is a search-space node
+            refs += space_code_references(node, f"scheduler.args.hyperparam_mutations.{key}")
+    return refs

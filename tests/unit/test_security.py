@@ -220,7 +220,8 @@ def test_an_import_path_written_in_the_dag_file_is_accepted(case, arguments):
     op = _run_until_submit({"n": 3}, **arguments)
     spec = op.submitted_spec
     refs = {path for _, path in code_references(spec)}
-    assert refs >= literal_import_paths(list(arguments.values())) - {"pkg.mod:train"}
+    written = set().union(*(literal_import_paths(value, argument) for argument, value in arguments.items()))
+    assert refs >= written and written
 
 
 class SubmitStopsHook(ForbiddenHook):
@@ -297,12 +298,16 @@ def test_a_name_or_storage_path_from_a_conf_stays_inside_the_storage_path(kwargs
 
 
 def test_literal_import_paths_ignore_everything_a_template_renders():
+    # Only code positions count (tests/unit/test_code_positions.py): here a factory, a sample_from.
     assert literal_import_paths("pkg.mod:fn") == {"pkg.mod:fn"}
     assert literal_import_paths("{{ params.f }}") == set()
     assert literal_import_paths("pkg.mod:{{ params.f }}") == set()
-    assert literal_import_paths('{"a": "x.y:z", "b": "{{ params.q }}"}') == {"x.y:z"}
-    assert literal_import_paths('{"a": "x.{{ params.m }}:z"}') == set()
-    assert literal_import_paths({"a": ["x:y", {"b": "p.q:r"}], "c": 3}) == {"x:y", "p.q:r"}
+    assert literal_import_paths('{"factory": "x.y:z", "args": {"b": "{{ params.q }}"}}') == {"x.y:z"}
+    assert literal_import_paths('{"factory": "x.{{ params.m }}:z"}') == set()
+    assert literal_import_paths({"a": [{"sample_from": "x:y"}, {"b": {"sample_from": "p.q:r"}}], "c": 3}) == {
+        "x:y",
+        "p.q:r",
+    }
 
 
 def test_arguments_mapped_from_an_xcom_are_data_and_literal_expand_lists_are_code():
