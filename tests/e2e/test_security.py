@@ -123,6 +123,24 @@ def test_a_trainable_named_by_a_conf_is_refused_even_with_native_rendering():
     assert jobs_of(experiment("aft_trainable_from_conf", run.run_id)) == []
 
 
+@pytest.mark.timeout(240)
+def test_a_path_the_dag_file_wrote_as_a_choice_value_is_not_code_a_conf_may_name():
+    """The DAG file lists model classes as a choice's values (data the trainable reads); a conf that names one as
+    a ``sample_from`` (code Tune would call on the driver) is refused before any Ray job, and the same DAG runs."""
+    dag = load_dag("aft_choice_is_data", FILE)
+    model = "tune_testkit.classes:Stepper"
+    run = run_dag(dag, {"extra": {"sample_from": model}}, _date())
+    assert run.state == "failed"
+    [error] = run.errors("tune")
+    assert isinstance(error, ValueError)
+    assert f"param_space.extra = {model!r}" in str(error) and "allowed_code_references" in str(error), str(error)
+    assert jobs_of(experiment("aft_choice_is_data", run.run_id)) == []
+
+    run = run_dag(dag, {"extra": 1}, _date())
+    assert run.state == "success", run.errors("tune")
+    assert run.xcom("tune")["best_config"]["model"] in ("tune_testkit.classes:Stepper", "tune_testkit.classes:Reusable")
+
+
 @pytest.mark.timeout(180)
 def test_a_trainable_mapped_from_an_xcom_is_refused_and_one_mapped_from_a_literal_list_runs():
     run = run_dag(load_dag("aft_trainable_from_xcom", FILE), {"trainable": "subprocess:getoutput"}, _date())

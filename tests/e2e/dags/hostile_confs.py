@@ -57,6 +57,26 @@ with DAG(
 ) as trainable_from_conf:
     RayTuneOperator(task_id="tune", trainable="{{ params.trainable }}", **ONE_TRIAL)
 
+#: Model classes the trainable chooses among, written in the DAG file as a choice's values: data, not code.
+MODELS = ["tune_testkit.classes:Stepper", "tune_testkit.classes:Reusable"]
+
+with DAG(
+    "aft_choice_is_data",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={"extra": Param(1, type=["integer", "object"])},
+    render_template_as_native_obj=True,
+) as choice_is_data:
+    RayTuneOperator(
+        task_id="tune",
+        trainable="tune_testkit.airflow_cases:stepper",
+        **{
+            **ONE_TRIAL,
+            "param_space": {**ONE_TRIAL["param_space"], "model": {"choice": MODELS}, "extra": "{{ params.extra }}"},
+        },
+    )
+
 
 def _mapped_tune(dag_id: str, trainables) -> DAG:
     params = {"trainable": Param("x", type="string")}
