@@ -36,7 +36,8 @@ class RegistryOwnerError(PromotionError):
         super().__init__(
             f"the registry {registry} belongs to DAG {owner!r}: DAG {dag_id!r} may not promote into it. A registry "
             f"holds the winners of the DAG that first promoted into it; give this DAG a registry_uri of its own, or "
-            f"promote from DAG {owner!r}"
+            f"promote from DAG {owner!r} (DAGs that share a registry write the same registry_owner, e.g. "
+            f"registry_owner={owner!r})"
         )
 
     def __reduce__(self) -> tuple[type[RegistryOwnerError], tuple[str, str, str]]:

@@ -17,6 +17,8 @@ from airflow_tune.registry import registry_asset
 STORAGE_URI = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
 REGISTRY_URI = os.environ.get("AIRFLOW_TUNE_REGISTRY_URI", "models:/digits")
 REGISTRY = registry_asset(REGISTRY_URI)
+# The registry's owner: the retraining DAG and the tune-from-the-UI DAG both promote into it.
+REGISTRY_OWNER = "digits"
 # With MLflow's registry, the trials are tracked on the same server (a run per trial under a parent run per DAG run),
 # and the promoted version links to the best trial's run.
 TRACK_IN_MLFLOW = REGISTRY_URI.startswith("models:/")

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import DAG, task
-from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI, TRACK_IN_MLFLOW, champion_checkpoint
+from digits_common import (
+    REGISTRY_OWNER,
+    REGISTRY_URI,
+    SHIP_TRAINABLES,
+    STORAGE_URI,
+    TRACK_IN_MLFLOW,
+    champion_checkpoint,
+)
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
@@ -55,6 +62,7 @@ with DAG(
         task_id="promote",
         result=tune.output,
         registry_uri=REGISTRY_URI,
+        registry_owner=REGISTRY_OWNER,  # both example DAGs promote into the digits registry
         gate="better_than_champion",
     )
 

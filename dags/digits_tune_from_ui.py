@@ -9,7 +9,7 @@ the operator refuses anything Ray Tune would run as code and any import path the
 from __future__ import annotations
 
 from airflow.sdk import DAG, Param, task
-from digits_common import REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI
+from digits_common import REGISTRY_OWNER, REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
@@ -63,6 +63,7 @@ with DAG(
         task_id="promote",
         result=tune.output,
         registry_uri=REGISTRY_URI,
+        registry_owner=REGISTRY_OWNER,  # both example DAGs promote into the digits registry
         gate="better_than_champion",
     )
     tune >> promotion_requested() >> promote

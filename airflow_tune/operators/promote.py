@@ -72,6 +72,8 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         own credential chain (environment, instance role).
     :param mlflow_conn_id: the MLflow tracking server's connection, for a ``models:/`` registry (not looked up for
         an S3 one); see :class:`~airflow_tune.hooks.mlflow.MLflowHook`.
+    :param registry_owner: who owns the registry: this DAG's id by default; DAGs that share a registry (a scheduled
+        retraining and a tuning run from the UI) write the same name. Not templated.
     :param ray_conn_id: the Ray cluster that ran the experiment: ``result`` is data (an XCom, a template), so the
         experiment's ``result.json`` is read again and promoted only when the Ray job it names vouches for its bytes
         in its log (see :mod:`airflow_tune.provenance`).
@@ -92,6 +94,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         aws_conn_id: str | None = None,
         mlflow_conn_id: str = "mlflow_default",
         ray_conn_id: str = "ray_default",
+        registry_owner: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [registry_asset(registry_uri)] if "{{" not in registry_uri else [])
@@ -106,6 +109,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         self.aws_conn_id = aws_conn_id
         self.mlflow_conn_id = mlflow_conn_id
         self.ray_conn_id = ray_conn_id
+        self.registry_owner = registry_owner
         self.returned: dict[str, Any] | None = None  # the decision, for lineage
 
     # -- inputs -------------------------------------------------------------------------------------------------
@@ -147,6 +151,11 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
             if not math.isfinite(threshold):
                 raise ValueError(f"threshold = {self.threshold!r}: gate='threshold' needs a finite number")
         return result, threshold
+
+    @property
+    def owner_name(self) -> str:
+        """The name a registry this task promotes into records as its owner."""
+        return self.registry_owner or self.dag_id
 
     def s3_client(self) -> Any:
         return s3_client(self.aws_conn_id)
@@ -194,7 +203,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
             return self.execute_mlflow(context, result, threshold)
         bucket, prefix = split_s3_uri(self.registry_uri)
         s3 = self.s3_client()
-        registry_owner.check_s3(s3, self.registry_uri, self.dag_id)
+        registry_owner.check_s3(s3, self.registry_uri, self.owner_name)
         metric, mode = result["metric"], result["mode"]
         value = (result.get("best_metrics") or {}).get(metric)
         champion = read_champion(self.registry_uri, s3)
@@ -230,7 +239,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
 
         if version is None:
             raise PromotionError(f"no objects found under the checkpoint {source}")
-        registry_owner.claim_s3(s3, self.registry_uri, self.dag_id)
+        registry_owner.claim_s3(s3, self.registry_uri, self.owner_name)
         version_prefix = f"{prefix}/versions/{version}"
         copied = self.copy_checkpoint(s3, str(source), bucket, f"{version_prefix}/checkpoint", objects=objects)
         model = self.model_card(context, result, version, copied)

@@ -120,3 +120,29 @@ def test_a_registry_from_before_owner_records_is_adopted_by_its_first_promotion(
     with pytest.raises(RegistryOwnerError, match="belongs to DAG 'aft_targets_adopter'"):
         run(promote("aft_targets_late", registry, tune_result(put_checkpoint(reader, {"w": b"l"}), 0.1)))
     assert json.loads(objects(reader, registry)[f"{prefix}/{CHAMPION_FILE}"])["version"] == out["version"]
+
+
+@pytest.mark.timeout(120)
+def test_dags_that_write_the_same_registry_owner_share_a_registry_and_others_are_still_refused(reader):
+    registry = registry_uri()
+    first = promote(
+        "aft_shared_retrain",
+        registry,
+        tune_result(put_checkpoint(reader, {"w": b"1"}), 0.5),
+        registry_owner="digits",
+        gate="always",
+    )
+    assert run(first)[0]["promoted"] is True and owner(reader, registry) == "digits"
+    second = promote(
+        "aft_shared_from_ui",
+        registry,
+        tune_result(put_checkpoint(reader, {"w": b"2"}), 0.4),
+        registry_owner="digits",
+        gate="always",
+    )
+    assert run(second)[0]["promoted"] is True
+    stranger = promote(
+        "aft_shared_stranger", registry, tune_result(put_checkpoint(reader, {"w": b"3"}), 0.1), gate="always"
+    )
+    with pytest.raises(RegistryOwnerError, match="belongs to DAG 'digits'.*registry_owner='digits'"):
+        run(stranger)
