@@ -184,6 +184,20 @@ def _promotion(session: Session, facts: TaskFacts, dag: Any) -> dict[str, Any] |
     return None
 
 
+def mlflow_server(conn_id: str | None = None) -> dict[str, str] | None:
+    """The deployment's MLflow server, the base of every MLflow link the view shows: the connection ``conn_id``
+    (``mlflow_default``, what ``mlflow_conn_id`` defaults to), its extra ``ui_url`` else its host, as
+    :class:`~airflow_tune.hooks.mlflow.MLflowHook` reads them (credentials in either are refused); None without one.
+    The experiment's files supply only ids: a URL they name is never linked."""
+    from airflow_tune.hooks.mlflow import MLflowHook
+
+    hook = MLflowHook(conn_id or MLflowHook.default_conn_name)
+    try:
+        return {"conn_id": hook.mlflow_conn_id, "tracking_uri": hook.tracking_uri, "ui_url": hook.ui_url}
+    except Exception:  # no such connection, or one the hook refuses: no links
+        return None
+
+
 def lookup_task(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskFacts:
     """What the view needs to know about one task instance, from Airflow's database."""
     from airflow.models.dagrun import DagRun
@@ -217,6 +231,7 @@ def lookup_task(session: Session, dag_id: str, run_id: str, task_id: str, map_in
     if not isinstance(job_url, str) and isinstance(result, dict):
         job_url = result.get("dashboard_url")
     facts.ray_job_url = job_url if isinstance(job_url, str) else None
+    facts.mlflow_server = mlflow_server() if facts.experiment_uri else None
     if facts.experiment_uri and dag_run is not None:
         try:
             dag = _dag_bag().get_dag_for_run(dag_run, session=session)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from itertools import islice
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from airflow_tune import jsonsafe
 from airflow_tune.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE
@@ -45,6 +45,10 @@ MIB = 1024 * 1024
 MAX_RESPONSE_BYTES = 1 * MIB
 #: Files larger than these are not fetched (the engine's own are far smaller: see the README's benchmarks).
 MAX_FILE_BYTES = {PROGRESS_FILE: 2 * MIB, HISTORY_FILE: 4 * MIB, RESULT_FILE: 16 * MIB}
+
+#: MLflow's ids as its servers make them: an experiment id is a whole number, a run id a UUID's 32 hex digits.
+MLFLOW_EXPERIMENT_ID = re.compile(r"[0-9]{1,20}\Z")
+MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}\Z")
 
 #: Characters no page should receive: control characters, and lone surrogates (no UTF-8 response can carry them).
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -244,21 +248,48 @@ def fit(view: dict[str, Any], limit: int = MAX_RESPONSE_BYTES) -> dict[str, Any]
 
 
 def safe_link(url: Any) -> str | None:
-    """Only http(s) links reach the page (a ``javascript:`` URL in an XCom must not become a link)."""
-    if isinstance(url, str) and url.startswith(("http://", "https://")) and len(url) <= URI_CHARS:
-        return cut(url, URI_CHARS)
-    return None
-
-
-def tracking_links(tracking: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Links to the MLflow experiment, its parent run and each listed trial's run
-    (``<ui_url or tracking_uri>/#/experiments/<id>/runs/<run_id>``, ids URL-quoted), each an http(s) URL or None."""
-    if not tracking or not tracking.get("experiment_id") or not safe_link(tracking.get("base_url")):
+    """Only http(s) links to a host reach the page, without userinfo (a ``javascript:`` URL in an XCom must not
+    become a link, nor ``https://trusted.example@evil.example/`` nor a URL carrying a password)."""
+    if not isinstance(url, str) or len(url) > URI_CHARS or _UNSAFE.search(url) or any(c.isspace() for c in url):
         return None
-    experiment = f"{str(tracking['base_url']).rstrip('/')}/#/experiments/{quote(tracking['experiment_id'], safe='')}"
+    if not url.startswith(("http://", "https://")):
+        return None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return None
+    return url if parts.hostname and "@" not in parts.netloc else None
+
+
+def mlflow_id(value: Any, shape: re.Pattern[str]) -> str | None:
+    """``value`` when it is an MLflow id of ``shape`` (:data:`MLFLOW_EXPERIMENT_ID`, :data:`MLFLOW_RUN_ID`)."""
+    return value if isinstance(value, str) and shape.match(value) else None
+
+
+def tracking_links(tracking: Mapping[str, Any] | None, server: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Links to the MLflow experiment, its parent run and each listed trial's run
+    (``<ui_url>/#/experiments/<id>/runs/<run_id>``), or None.
+
+    The base of every link is the deployment's: ``server`` is the MLflow connection's ``tracking_uri`` and ``ui_url``
+    (:func:`airflow_tune.plugins.experiment_app.mlflow_server`). The experiment's files (``tracking``, reduced by
+    :func:`~airflow_tune.plugins.experiment_files.reduce_tracking`) supply only ids, each linked only when it has
+    MLflow's shape (an experiment id is a whole number, a run id 32 hex digits) and URL-quoted; their own URLs are
+    never linked, and a file whose ``tracking_uri`` is not the connection's (tracked on another server) gets none.
+    """
+    if not tracking or not server or safe_link(server.get("ui_url")) is None:
+        return None
+    recorded, own = tracking.get("tracking_uri"), server.get("tracking_uri")
+    if not isinstance(recorded, str) or not isinstance(own, str) or recorded.rstrip("/") != own.rstrip("/"):
+        return None
+    experiment_id = mlflow_id(tracking.get("experiment_id"), MLFLOW_EXPERIMENT_ID)
+    if experiment_id is None:
+        return None
+    experiment = f"{str(server['ui_url']).rstrip('/')}/#/experiments/{quote(experiment_id, safe='')}"
 
     def run(run_id: Any) -> str | None:
-        return safe_link(f"{experiment}/runs/{quote(str(run_id), safe='')}") if run_id else None
+        run_id = mlflow_id(run_id, MLFLOW_RUN_ID)
+        return safe_link(f"{experiment}/runs/{quote(run_id, safe='')}") if run_id else None
 
     return {
         "experiment_url": safe_link(experiment),

@@ -130,18 +130,19 @@ def _items(doc: Mapping[str, Any], key: str, name: str, problems: list[str], sha
 
 
 def reduce_tracking(raw: Any, name: str, problems: list[str]) -> dict[str, Any] | None:
-    """A file's ``mlflow`` (MLflow tracking, see :mod:`airflow_tune.engine.mlflow_tracking`): the server as a browser
-    opens it, the experiment, the parent run and at most :data:`TABLE_ROWS` trial runs, each id bounded; None when
-    tracking was off. Links are built and checked (http(s) only) by the page's shape."""
+    """A file's ``mlflow`` (MLflow tracking, see :mod:`airflow_tune.engine.mlflow_tracking`): the server it names
+    (compared with the deployment's, never linked), the experiment, the parent run and at most :data:`TABLE_ROWS`
+    trial runs, each id bounded; None when tracking was off. Links are built on the deployment's MLflow server from
+    the ids alone (:func:`~airflow_tune.plugins.experiment_bounds.tracking_links`)."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
         note(problems, f"{name}: mlflow is {kind(raw)}, not an object: not shown")
         return None
-    base = raw.get("ui_url") or raw.get("tracking_uri")
+    server = raw.get("tracking_uri")
     runs: Mapping[Any, Any] = raw["runs"] if isinstance(raw.get("runs"), Mapping) else {}
     return {
-        "base_url": cut(base, URI_CHARS) if isinstance(base, str) else None,
+        "tracking_uri": cut(server, URI_CHARS) if isinstance(server, str) else None,
         "experiment_id": ident(raw["experiment_id"]) if raw.get("experiment_id") is not None else None,
         "parent_run_id": ident(raw["parent_run_id"]) if raw.get("parent_run_id") is not None else None,
         "runs": {ident(t): ident(r) for t, r in islice(runs.items(), TABLE_ROWS) if r is not None},

@@ -77,6 +77,8 @@ class TaskFacts:
     ray_job_url: str | None = None
     #: The decision of a PromoteCheckpointOperator of the same run about this experiment: its XCom result.
     promotion: dict[str, Any] | None = None
+    #: The deployment's MLflow server, every link's base: ``{"conn_id", "tracking_uri", "ui_url"}`` or None.
+    mlflow_server: dict[str, str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -333,7 +335,7 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
         checkpoint = None
         updated_at = progress["updated_at"]
     best_id = best["trial_id"] if best else None
-    tracking = tracking_links(source.get("mlflow"))
+    tracking = tracking_links(source.get("mlflow"), facts.mlflow_server)
     for r in rows:
         r["mlflow_url"] = (tracking or {}).get("runs", {}).get(r["trial_id"])
     curves = curves_of(history, mode, best_id, {r["trial_id"]: r["status"] for r in rows})
@@ -344,6 +346,12 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
     problems = list(files.problems)
     if owner_note(facts, owner):
         problems.insert(0, str(owner_note(facts, owner)))
+    if source.get("mlflow") and not tracking:
+        conn = (facts.mlflow_server or {}).get("conn_id", "mlflow_default")
+        problems.append(
+            f"No MLflow links: they are built only on the connection {conn!r}'s server, for an experiment tracked "
+            "there, with MLflow's own ids."
+        )
     view = {
         "state": "experiment",
         "message": None,
