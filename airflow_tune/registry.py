@@ -131,11 +131,6 @@ def champion_checkpoint(registry_uri: str, *, ray_conn_id: str = "ray_default", 
     :param ray_conn_id: the Ray cluster that ran the champion's experiment.
     :param s3: an S3 client (boto3's own credential chain by default).
     """
-    from airflow_tune import reconcile, storage
-    from airflow_tune.contract import RESULT_FILE, inside_experiment, manifest_uri
-    from airflow_tune.exceptions import ExperimentStorageError
-    from airflow_tune.hooks.ray import RayHook
-    from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY
 
     champion = read_champion(registry_uri, s3)
     if champion is None:
@@ -145,13 +140,34 @@ def champion_checkpoint(registry_uri: str, *, ray_conn_id: str = "ray_default", 
     digest, copy = champion.get("checkpoint_digest"), champion.get("uri")
     if not all(isinstance(v, str) and v for v in (experiment_uri, source, digest, copy)):
         raise PromotionError(f"{where} was not promoted by this version of airflow-tune: refusing to load it")
-    if not inside_experiment(source, experiment_uri) or not str(copy).startswith(registry_uri.rstrip("/") + "/"):
-        raise PromotionError(f"{where} names a checkpoint outside its experiment or registry: refusing to load it")
+    if not str(copy).startswith(registry_uri.rstrip("/") + "/"):
+        raise PromotionError(f"{where} names a checkpoint outside its registry: refusing to load it")
+    prove_checkpoint(where, str(experiment_uri), str(source), str(digest), ray_conn_id=ray_conn_id)
+    return str(copy), str(digest)
+
+
+def prove_checkpoint(
+    where: str, experiment_uri: str, source: Any, digest: str, *, ray_conn_id: str, dag_id: str | None = None
+) -> None:
+    """Refuse (naming ``where``) unless the checkpoint ``source`` with the content ``digest`` is the best checkpoint
+    of the experiment at ``experiment_uri`` as its own Ray job sealed it (:func:`airflow_tune.reconcile.
+    proven_result`; ``dag_id``: that job ran for this DAG). What a registry records is written by whoever may write
+    the registry: this is what makes it believed."""
+    from airflow_tune import reconcile, storage
+    from airflow_tune.contract import RESULT_FILE, inside_experiment, manifest_uri
+    from airflow_tune.exceptions import ExperimentStorageError
+    from airflow_tune.hooks.ray import RayHook
+    from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY
+
+    if not inside_experiment(source, experiment_uri):
+        raise PromotionError(f"{where}: its checkpoint lies outside the experiment it names: refusing to load it")
+    owner = {"dag_id": dag_id} if dag_id is not None else None
     try:
-        data = storage.read_bytes(manifest_uri(str(experiment_uri), RESULT_FILE))
-        result = reconcile.proven_result(RayHook(ray_conn_id), str(experiment_uri), data, owner=None)
+        data = storage.read_bytes(manifest_uri(experiment_uri, RESULT_FILE))
+        result = reconcile.proven_result(RayHook(ray_conn_id), experiment_uri, data, owner=owner, same_dag_only=True)
     except (ValueError, OSError, ExperimentStorageError) as exc:
         raise PromotionError(f"{where} is not proven by the experiment it names: {exc}; refusing to load it") from exc
     if result.get("best_checkpoint_uri") != source or result.get(CHECKPOINT_DIGEST_KEY) != digest:
-        raise PromotionError(f"{where} names a checkpoint or digest its experiment's sealed result does not")
-    return str(copy), str(digest)
+        raise PromotionError(
+            f"{where} names a checkpoint or digest that its experiment's sealed result does not: refusing to load it"
+        )

@@ -246,12 +246,8 @@ def champion_config(hook: MLflowHook, uri: str) -> dict[str, Any] | None:
 def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) -> tuple[str, str]:
     """The checkpoint a version names and the content digest its files must have, when the version's experiment
     proves it: tags are written by whoever may write the registry, so they are believed only as far as the Ray job
-    of the experiment they name vouches for them (its sealed ``result.json`` names this checkpoint and digest)."""
-    from airflow_tune import reconcile, storage
-    from airflow_tune.contract import RESULT_FILE, inside_experiment, manifest_uri
-    from airflow_tune.exceptions import ExperimentStorageError
-    from airflow_tune.hooks.ray import RayHook
-    from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY
+    of the experiment they name vouches for them (:func:`airflow_tune.registry.prove_checkpoint`)."""
+    from airflow_tune.registry import prove_checkpoint
 
     tags = tags_of(version)
     where = f"version {version.version} of model {registry.name!r}"
@@ -262,19 +258,7 @@ def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) ->
             f"{where} was not registered by airflow-tune (its source {str(source)[:300]!r} does not match its "
             f"{TAG}checkpoint_uri tag, or it has no digest or experiment): refusing to load it"
         )
-    if not inside_experiment(source, experiment_uri):
-        raise PromotionError(f"{where}: its source lies outside the experiment it names: refusing to load it")
-    try:
-        data = storage.read_bytes(manifest_uri(experiment_uri, RESULT_FILE))
-        result = reconcile.proven_result(
-            RayHook(ray_conn_id), experiment_uri, data, owner={"dag_id": tags.get(TAG + "dag_id")}, same_dag_only=True
-        )
-    except (ValueError, OSError, ExperimentStorageError) as exc:
-        raise PromotionError(f"{where} is not proven by the experiment it names: {exc}; refusing to load it") from exc
-    if result.get("best_checkpoint_uri") != source or result.get(CHECKPOINT_DIGEST_KEY) != digest:
-        raise PromotionError(
-            f"{where} names a checkpoint or digest that its experiment's sealed result does not: refusing to load it"
-        )
+    prove_checkpoint(where, experiment_uri, source, digest, ray_conn_id=ray_conn_id, dag_id=tags.get(TAG + "dag_id"))
     return str(source), str(digest)
 
 
