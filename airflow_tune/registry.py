@@ -92,15 +92,6 @@ def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]:
     return listed
 
 
-def checkpoint_digest(objects: list[dict[str, Any]]) -> str:
-    """A digest of a checkpoint's listing (sorted relative key, size, ETag): it changes when any object is added,
-    removed or rewritten, so a reader can tell the checkpoint is still the one that was promoted."""
-    import hashlib
-
-    entries = sorted((o["rel"], int(o.get("Size") or 0), str(o.get("ETag") or "").strip('"')) for o in objects)
-    return "sha256:" + hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
-
-
 def check_listing(result: dict[str, Any], objects: Sequence[dict[str, Any]]) -> None:
     """Refuse a checkpoint whose files are not the ones the trial wrote (added, removed or renamed since): the
     server-side copy cannot see bytes, so deploy helpers verify those against the recorded digests."""
