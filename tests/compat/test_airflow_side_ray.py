@@ -45,7 +45,7 @@ def test_by_value_trainables_pickled_with_the_oldest_ray_run_on_a_cluster_of_the
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-8000:]
     assert _line(output, "DAG_RUN_STATE").startswith("success ")
-    xcoms = json.loads(_line(output, "DAG_RUN_XCOM"))
+    xcoms = json.JSONDecoder().raw_decode(_line(output, "DAG_RUN_XCOM"))[0]
     for task_id in ("tune_function", "tune_class"):
         result = xcoms[task_id]
         assert result["best_config"] == {"x": 3, "steps": 2}, (task_id, result)

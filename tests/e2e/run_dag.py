@@ -23,8 +23,11 @@ def main() -> int:
     dag_file = sys.argv[4] if len(sys.argv) > 4 else "airflow_cases.py"
     result = run_dag(load_dag(dag_id, dag_file), conf, logical_date)
     states = result.task_states()
-    print(f"DAG_RUN_STATE {result.state} {json.dumps(states)}", flush=True)
-    print(f"DAG_RUN_XCOM {json.dumps({task_id: result.xcom(task_id) for task_id in states}, default=str)}", flush=True)
+    # One write per line: print() writes the text and its newline apart, and another process's log line (the task's
+    # own, on the same pipe) can land between them.
+    xcoms = json.dumps({task_id: result.xcom(task_id) for task_id in states}, default=str)
+    sys.stdout.write(f"DAG_RUN_STATE {result.state} {json.dumps(states)}\nDAG_RUN_XCOM {xcoms}\n")
+    sys.stdout.flush()
     return 0 if result.state == "success" else 1
 
 

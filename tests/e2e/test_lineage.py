@@ -72,7 +72,7 @@ def test_complete_events_carry_the_experiment_best_checkpoint_and_registry_versi
         kill_dag_process(proc)
     state = _line(output, "DAG_RUN_STATE")
     assert proc.returncode == 0 and state.startswith("success "), output[-5000:]
-    xcom = json.loads(_line(output, "DAG_RUN_XCOM"))
+    xcom = json.JSONDecoder().raw_decode(_line(output, "DAG_RUN_XCOM"))[0]
     result, decision = xcom["tune"], xcom["promote"]
     assert result["num_trials"] == 2 and result["best_checkpoint_uri"].startswith(result["experiment_uri"] + "/")
     assert decision["promoted"] is True and decision["version"]
