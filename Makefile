@@ -74,7 +74,7 @@ $(COMPAT_AIRFLOW_STAMPS): $(COMPAT)/airflow-%/.installed: pyproject.toml | $(STA
 	rm -rf $(COMPAT)/airflow-$*
 	$(UV) venv -q --no-python-downloads --python \
 	  $(if $(filter $*,$(firstword $(COMPAT_AIRFLOW_RELEASES))),$(COMPAT_AIRFLOW_PYTHON),$(PYTHON)) $(COMPAT)/airflow-$*
-	$(UV) pip install -q --python $(COMPAT)/airflow-$*/bin/python "apache-airflow==$*" $(COMPAT_AIRFLOW_PINS) -e ".[test]"
+	$(UV) pip install -q --python $(COMPAT)/airflow-$*/bin/python "apache-airflow==$*" $(COMPAT_AIRFLOW_PINS) -e . --group test
 	rm -rf airflow_tune.egg-info
 	touch $@
 
@@ -83,7 +83,7 @@ $(COMPAT_SIDE_RAY_STAMP): pyproject.toml constraints.txt | $(STAMP)
 	$(UV) venv -q --no-python-downloads --python $(PYTHON) $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)
 	$(UV) pip install -q --python $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)/bin/python \
 	  "apache-airflow==$$(grep '^apache-airflow==' constraints.txt | cut -d= -f3)" "ray[tune]==$(COMPAT_SIDE_RAY)" \
-	  -e ".[ray,test]"
+	  -e ".[ray]" --group test
 	rm -rf airflow_tune.egg-info
 	touch $@
 
@@ -91,12 +91,13 @@ $(COMPAT_SIDE_RAY_STAMP): pyproject.toml constraints.txt | $(STAMP)
 # requirements): a second copy of the package's metadata for every process with the checkout on sys.path (pytest,
 # `python -m` here), in which Airflow would then register the Experiment view's plugin twice. The venv has its own.
 # pip brings uv, and uv installs the rest (from its cache, a fresh clone's venv in a fraction of pip's time), compiled
-# to bytecode as pip would.
+# to bytecode as pip would. The developers' tools are pyproject.toml's dependency groups (PEP 735, never published),
+# which uv installs with `--group` (read from ./pyproject.toml).
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -c constraints.txt uv
 	$(UV) pip install -q --python $(PY) --compile-bytecode -c constraints.txt \
-	  -e ".[ray,test,lint,examples,optuna,hyperopt,bayesopt,local,openlineage,mlflow]"
+	  -e ".[ray,examples,optuna,hyperopt,bayesopt,local,openlineage,mlflow]" --group test --group lint
 	rm -rf airflow_tune.egg-info
 	touch $(STAMP)
 
@@ -110,8 +111,8 @@ browser: venv
 	  else ($$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null) \
 	    || echo "browser: could not install chromium; the browser test skips"; fi; \
 	fi
-	@$(PY) -c "import playwright" 2>/dev/null || $(PIP) install -q --disable-pip-version-check -c constraints.txt \
-	  "playwright>=1.40" || echo "browser: could not install playwright; the browser test skips"
+	@$(PY) -c "import playwright" 2>/dev/null || $(UV) pip install -q --python $(PY) -c constraints.txt \
+	  --group browser || echo "browser: could not install playwright; the browser test skips"
 
 # RAY_AUTH_MODE=disabled is for the client processes only (a local ray.init() in token mode would write
 # ~/.ray/auth_token); the local stack's Ray nodes run with token auth on, and clients send its token.

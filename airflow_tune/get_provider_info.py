@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_tune import __version__
+
 
 def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-tune",
         "name": "Ray Tune",
         "description": "Run Ray Tune hyperparameter searches on a Ray cluster and hand the winner to deployment tasks.",
-        "versions": ["0.1.0"],
+        "versions": [__version__],
         "integrations": [
             {
                 "integration-name": "Ray Tune",
