@@ -1,4 +1,5 @@
-# The two commands a newcomer runs: `make demo` and `make test`. Both create .venv when missing.
+# The two commands a newcomer runs: `make demo` and `make test`. Both create .venv when missing. `make help` lists
+# every target; `make check` is the fast one to run before a commit.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,11 +11,17 @@ CLUSTER_VENV ?= .cluster-venv
 CLUSTER_STAMP := $(CLUSTER_VENV)/.installed
 CLUSTER_ENV := AIRFLOW_TUNE_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python
 
-.PHONY: venv cluster-venv mlflow-venv compat-envs browser demo test lint unit integration e2e compat bench up down clean
+.PHONY: help venv cluster-venv mlflow-venv compat-envs browser demo test check lint unit packaging integration e2e \
+  compat bench up down clean
 
-venv: $(STAMP)
+# The targets with a `## ` note on their line, in the order written.
+help: ## list the targets
+	@grep -E '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /\1\t/' | \
+	  awk -F '\t' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-cluster-venv: $(CLUSTER_STAMP)
+venv: $(STAMP) ## .venv: the provider (editable) with its extras, the test and lint groups, from constraints.txt
+
+cluster-venv: $(CLUSTER_STAMP) ## .cluster-venv: the Ray cluster's own virtualenv (Ray and the examples' packages)
 
 $(CLUSTER_STAMP): docker/requirements-ray.txt constraints.txt | $(STAMP)
 	test -x $(CLUSTER_VENV)/bin/python || $(PYTHON) -m venv $(CLUSTER_VENV)
@@ -29,7 +36,7 @@ MLFLOW_VENV ?= .mlflow-venv
 MLFLOW_STAMP := $(MLFLOW_VENV)/.installed
 MLFLOW_ENV := AIRFLOW_TUNE_MLFLOW_PYTHON=$(abspath $(MLFLOW_VENV))/bin/python
 
-mlflow-venv: $(MLFLOW_STAMP)
+mlflow-venv: $(MLFLOW_STAMP) ## .mlflow-venv: the local stack's MLflow tracking server
 
 $(MLFLOW_STAMP): docker/requirements-mlflow.txt | $(STAMP)
 	rm -rf $(MLFLOW_VENV)
@@ -57,7 +64,7 @@ COMPAT_SIDE_RAY_STAMP := $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)/.installe
 COMPAT_ENV := AIRFLOW_TUNE_COMPAT_DIR=$(abspath $(COMPAT)) AIRFLOW_TUNE_COMPAT_RAY="$(COMPAT_RAY_RELEASES)" \
   AIRFLOW_TUNE_COMPAT_AIRFLOW="$(COMPAT_AIRFLOW_RELEASES)" AIRFLOW_TUNE_COMPAT_SIDE_RAY=$(COMPAT_SIDE_RAY)
 
-compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMPS) $(COMPAT_SIDE_RAY_STAMP)
+compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMPS) $(COMPAT_SIDE_RAY_STAMP) ## .compat: other Ray and Airflow releases
 
 $(COMPAT)/ray-%/.installed: docker/requirements-ray.txt | $(STAMP)
 	rm -rf $(COMPAT)/ray-$*
@@ -104,7 +111,7 @@ $(STAMP): pyproject.toml constraints.txt
 # The browser test's Chromium (Debian's package, never a downloaded browser) and Playwright to drive it. Best effort:
 # where either cannot be installed, the browser test skips, saying why in one line, and the rest of the suite runs.
 CHROMIUM ?= /usr/bin/chromium
-browser: venv
+browser: venv ## Chromium (Debian's) and Playwright for the browser test, best effort
 	@if [ ! -x $(CHROMIUM) ]; then \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO=none; fi; \
 	  if [ "$$SUDO" = none ]; then echo "browser: $(CHROMIUM) missing and no root to install it; the browser test skips"; \
@@ -116,10 +123,10 @@ browser: venv
 
 # RAY_AUTH_MODE=disabled is for the client processes only (a local ray.init() in token mode would write
 # ~/.ray/auth_token); the local stack's Ray nodes run with token auth on, and clients send its token.
-demo: venv mlflow-venv
+demo: venv mlflow-venv ## the retraining DAG twice on a local Ray head, S3 endpoint and MLflow server
 	RAY_AUTH_MODE=disabled $(PY) demo/run.py
 
-lint: venv
+lint: venv ## ruff (check and format) and mypy
 	$(VENV)/bin/ruff check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/ruff format --check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/mypy airflow_tune
@@ -130,30 +137,38 @@ lint: venv
 # the few-test, minutes-long files last, where one of them held the run while the other workers had nothing left.
 # Every test's duration lands in .artifacts/test-durations.xml (JUnit), to see which files hold the critical worker.
 TEST_WORKERS ?= 3
-test: lint browser cluster-venv mlflow-venv compat-envs
+test: lint browser cluster-venv mlflow-venv compat-envs ## lint and every test (about 25 min on 2 cores)
 	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder --junitxml=.artifacts/test-durations.xml
 
-unit: venv
+# Before a commit: what `make test` checks first, in a minute or two (no services, no environments but .venv).
+check: lint ## lint and the unit tests, in a minute or two
+	$(VENV)/bin/pytest -q -m unit -n 2
+
+unit: venv ## the unit tests (no services)
 	$(VENV)/bin/pytest -q -m unit
 
-integration: venv cluster-venv mlflow-venv
+# Builds the sdist and wheel from a clean copy of the tree and installs the wheel into a fresh venv (in `make test`).
+packaging: venv ## the sdist and wheel as PyPI users get them
+	$(VENV)/bin/pytest -q -m packaging
+
+integration: venv cluster-venv mlflow-venv ## the integration tests (a real Ray head and S3 endpoint)
 	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(VENV)/bin/pytest -q -m integration
 
-e2e: venv browser cluster-venv
+e2e: venv browser cluster-venv ## the end-to-end tests (Airflow against the local stack)
 	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(VENV)/bin/pytest -q -m e2e
 
-compat: venv cluster-venv compat-envs
+compat: venv cluster-venv compat-envs ## the compatibility tier (other Ray and Airflow releases)
 	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -m compat
 
-bench: venv
+bench: venv ## the benchmarks (about an hour)
 	RAY_AUTH_MODE=disabled $(PY) -m benchmarks
 
-up: venv mlflow-venv
+up: venv mlflow-venv ## start the local stack (Ray head, S3 endpoint, MLflow)
 	RAY_AUTH_MODE=disabled $(PY) -m airflow_tune.local up --mlflow-python $(MLFLOW_VENV)/bin/python
 
-down: venv
+down: venv ## stop the local stack
 	$(PY) -m airflow_tune.local down
 
-clean: down
+clean: down ## stop the local stack and remove every environment and cache
 	rm -rf $(VENV) $(CLUSTER_VENV) $(MLFLOW_VENV) $(COMPAT) .stack .pytest_cache .mypy_cache .ruff_cache .artifacts
