@@ -41,6 +41,7 @@ from airflow_tune.contract import (
     result_mismatch,
     result_succeeded,
 )
+from airflow_tune.engine.compat import leave_working_dir_package
 from airflow_tune.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences
 
 
@@ -249,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the earlier job of this experiment whose saved Tune state may be restored (default: never restore)",
     )
     args = parser.parse_args(argv)
+    # Before ray.init(): another node's runtime env agent may delete the working_dir package the driver starts in.
+    leave_working_dir_package()
     try:
         spec = load_spec(args.spec, args.spec_digest)
     except SpecError as exc:

@@ -15,14 +15,24 @@ where it does not need to. What differs, read from the sources of 2.43.0, 2.50.1
   changed one fails clearly): the trial runtime_env's propagated variables (:func:`stop_propagating`), a restored
   Tuner's RunConfig (:func:`tuner_run_config`), the Tuner's trials (:func:`tuner_trials`), a trial's actor
   (:func:`trial_actor_id`), Tune's handlers of the stop signals (:func:`watch_stop_signals`).
+- Nodes on one host share the folder Ray unpacks a ``working_dir`` into in 2.43 and 2.50 (a worker node's
+  ``--temp-dir`` is ignored there), and a node that unpacks a package another node already unpacked deletes it
+  first, under the driver that runs in it: :func:`leave_working_dir_package` moves the driver into a copy of its
+  own, on every release.
 
 Imports neither airflow nor, at module level, ray (the engine's modules import this one before ``ray.init``).
 """
 
 from __future__ import annotations
 
+import atexit
 import inspect
+import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from airflow_tune.engine.imports import EngineError
@@ -31,6 +41,7 @@ __all__ = [
     "add_to_last_result",
     "add_to_result",
     "check_arguments",
+    "leave_working_dir_package",
     "log_domain_args",
     "ray_version",
     "stop_propagating",
@@ -182,3 +193,81 @@ def watch_stop_signals(note: Callable[[int], None]) -> bool:
 
         signal.signal(signum, handler)
     return watched
+
+
+# --- the driver's working directory ---------------------------------------------------------------------------------
+#: The folder under which Ray's runtime env agent unpacks ``working_dir`` packages, one folder per package named by
+#: its URI (``WorkingDirPlugin._resources_dir`` in ray/_private/runtime_env/working_dir.py, every supported release).
+WORKING_DIR_PACKAGES = "working_dir_files"
+
+
+def leave_working_dir_package() -> Path | None:
+    """Move the driver out of the unpacked ``working_dir`` package it starts in, into a copy of its own (hard links
+    where the filesystem allows), with the package's entries of ``sys.path`` and PYTHONPATH moved along; return the
+    copy, or None when the driver does not start in such a package.
+
+    A job's driver starts in its ``working_dir``: Ray starts the job supervisor with ``cd <package folder> &&`` and
+    the folder first on PYTHONPATH (``WorkingDirPlugin.modify_context``), and the supervisor runs the entrypoint as
+    its child. The folder is named by the package's content hash, so consecutive jobs shipping the same
+    ``working_dir`` use the same folder, and it can be deleted under a running driver: a runtime env agent that
+    meets a package for the first time (not in its ``URICache``, ray/_private/runtime_env/plugin.py
+    ``create_for_plugin_if_needed``) unpacks it with ``download_and_unpack_package(..., overwrite=True)``
+    (``WorkingDirPlugin.create``), which deletes an existing folder (``shutil.rmtree``), downloads the package and
+    unpacks it again at the same path (ray/_private/runtime_env/packaging.py). Each node's agent does so once per
+    package, normally in its own node's folder; but on Ray 2.43 and 2.50 a worker node started on the head's host
+    ignores its ``--temp-dir`` ("temp_dir is only configurable from a head node", ray/scripts/scripts.py) and takes
+    the head's session folder (``Node._init_temp``, ray/_private/node.py), so the nodes of one host share one
+    ``working_dir_files``. The worker node's agent then replaces the folder the driver runs in when the driver's
+    ``ray.init()`` has the job's runtime env installed on every node (``eager_install``). From then on the driver's
+    working directory is a deleted folder, and ``os.getcwd()`` raises FileNotFoundError: Tune calls it when the
+    trials are done (``ExperimentAnalysis`` finds the experiment state with ``_list_at_fs_path``, whose
+    ``os.path.relpath`` of a storage path makes it absolute against the cwd). An import from the package while the
+    agent unpacks it again fails too (``ModuleNotFoundError``: the path briefly does not exist).
+
+    Nothing of the copy is Ray's to delete, and it holds the package's files as the driver found them: the driver
+    imports from it (the package's ``sys.path`` entries, absolute or relative, now name the copy; so does
+    PYTHONPATH, for the driver's own subprocesses) and reads relative paths in it as before; what it writes there is
+    its own, and the copy is removed at exit. Done before ``ray.init()``, so the job's own installs cannot be
+    unpacking the package meanwhile. The same on every release: Ray 2.60 sets a ``working_dir`` up alike (its worker
+    nodes take their own ``--temp-dir``, but nodes that share a temp folder meet the same deletion), and the trials,
+    which Ray starts in their own node's package folder, are not concerned. A copy that cannot be made leaves the
+    driver where it is, as before.
+    """
+    try:
+        here = os.getcwd()
+    except FileNotFoundError:
+        # Replaced before this driver started: its shell's PWD still names the path, unpacked again since.
+        here = os.environ.get("PWD", "")
+        if not here or not os.path.isdir(here):
+            return None
+    package = Path(here)
+    if package.parent.name != WORKING_DIR_PACKAGES:
+        return None
+    own = Path(tempfile.mkdtemp(prefix="airflow-tune-driver-"))
+    copy = own / package.name
+    try:
+        shutil.copytree(package, copy, symlinks=True, copy_function=_link_or_copy)
+    except (OSError, shutil.Error) as exc:
+        shutil.rmtree(own, ignore_errors=True)
+        print(f"airflow-tune: the driver stays in its working_dir {package} (no copy of it: {exc})", file=sys.stderr)
+        return None
+    atexit.register(shutil.rmtree, own, ignore_errors=True)
+
+    def moved(entry: str) -> str:
+        absolute = entry if os.path.isabs(entry) else os.path.join(here, entry)
+        inside = absolute == here or absolute.startswith(here.rstrip(os.sep) + os.sep)
+        return str(copy) + absolute[len(here) :] if inside else entry
+
+    sys.path[:] = [moved(entry) for entry in sys.path]
+    if os.environ.get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = os.pathsep.join(moved(e) for e in os.environ["PYTHONPATH"].split(os.pathsep))
+    os.chdir(copy)
+    return copy
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link to ``src`` (the file outlives Ray's deletion of its folder), or a copy across filesystems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

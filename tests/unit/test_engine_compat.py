@@ -3,14 +3,19 @@ the behaviour of the releases concerned (the compat tier runs the engine on real
 
 from __future__ import annotations
 
+import importlib
 import io
+import os
+import shutil
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from airflow_tune.engine import compat, progress
 from airflow_tune.engine.imports import EngineError
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.spec import ExperimentSpec, SpecError
 
 
 def _spec() -> ExperimentSpec:
@@ -110,3 +115,119 @@ def test_the_propagated_credentials_are_removed(monkeypatch):
     monkeypatch.setattr(class_cache, "ENV_VARS_TO_PROPAGATE", {"AWS_SECRET_ACCESS_KEY", "RAY_CHDIR_TO_TRIAL_DIR"})
     compat.stop_propagating(("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
     assert class_cache.ENV_VARS_TO_PROPAGATE == {"RAY_CHDIR_TO_TRIAL_DIR"}
+
+
+# --- the driver's working directory (a working_dir package another node's agent unpacks again) -----------------------
+def _unpack(package: Path, value: str) -> None:
+    """What ``download_and_unpack_package(..., overwrite=True)`` leaves at the package's path: the package's files."""
+    (package / "data").mkdir(parents=True)
+    (package / "data" / "x.txt").write_text(value)
+    (package / "wd_probe_mod.py").write_text(f"VALUE = {value!r}\n")
+
+
+def _replace(package: Path, value: str = "same") -> None:
+    """Ray's replacement of an unpacked package: the folder deleted (shutil.rmtree), unpacked again there."""
+    shutil.rmtree(package)
+    _unpack(package, value)
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    folder = tmp_path / "session_1" / "runtime_resources" / compat.WORKING_DIR_PACKAGES / "_ray_pkg_0123abcd"
+    _unpack(folder, "same")
+    monkeypatch.chdir(folder)
+    # As ``python -m airflow_tune.engine`` started there has it: the start folder first on sys.path, absolute.
+    monkeypatch.setattr(sys, "path", [str(folder), *sys.path])
+    monkeypatch.delitem(sys.modules, "wd_probe_mod", raising=False)
+    yield folder
+    sys.modules.pop("wd_probe_mod", None)
+
+
+def test_a_driver_in_a_replaced_package_loses_its_working_directory(package):
+    """The failure on Ray 2.43/2.50 without the move: the cwd is the deleted folder, though its path is back."""
+    _replace(package)
+    assert package.is_dir()
+    with pytest.raises(FileNotFoundError):
+        os.getcwd()
+    with pytest.raises(FileNotFoundError):  # what Tune's _list_at_fs_path does at the experiment's end
+        os.path.relpath("bucket/experiments/e/trial_1", start="bucket/experiments/e")
+
+
+def test_the_driver_moves_into_a_copy_of_its_own_that_survives_the_replacement(package):
+    copy = compat.leave_working_dir_package()
+    assert copy is not None and copy.name == package.name and compat.WORKING_DIR_PACKAGES not in str(copy)
+    assert os.getcwd() == str(copy) and sys.path[0] == str(copy)
+    assert Path("data/x.txt").read_text() == "same"  # a relative read, as user code in the driver may do
+    shutil.rmtree(package)  # the agent's deletion; the import comes while the package is not back yet
+    assert importlib.import_module("wd_probe_mod").VALUE == "same"
+    _unpack(package, "again")
+    assert os.getcwd() == str(copy)
+    assert os.path.relpath("bucket/experiments/e/trial_1", start="bucket/experiments/e") == "trial_1"
+    assert Path("data/x.txt").read_text() == "same"
+
+
+def test_the_copy_is_of_hard_links_where_the_filesystem_allows_and_copied_files_otherwise(package, monkeypatch):
+    original = package / "data" / "x.txt"
+    copy = compat.leave_working_dir_package()
+    assert copy is not None
+    if os.stat(copy).st_dev == os.stat(package).st_dev:
+        assert os.path.samefile(copy / "data" / "x.txt", original)
+    monkeypatch.chdir(package)
+
+    def refused(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refused)
+    copied = compat.leave_working_dir_package()
+    assert copied is not None and copied != copy
+    assert (copied / "data" / "x.txt").read_text() == "same" and not os.path.samefile(
+        copied / "data" / "x.txt", original
+    )
+
+
+def test_the_packages_import_paths_absolute_or_relative_and_pythonpath_name_the_copy(package, monkeypatch):
+    elsewhere = str(package.parent.parent / "py_modules_files" / "_ray_pkg_engine")
+    monkeypatch.setattr(sys, "path", [str(package), str(package / "src"), "", "lib", elsewhere, *sys.path[1:]])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(package), "src", elsewhere]))
+    copy = compat.leave_working_dir_package()
+    assert sys.path[:5] == [str(copy), str(copy / "src"), str(copy) + os.sep, str(copy / "lib"), elsewhere]
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(copy), str(copy / "src"), elsewhere]
+
+
+def test_a_driver_outside_a_package_folder_stays_where_it_is(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = list(sys.path)
+    assert compat.leave_working_dir_package() is None
+    assert os.getcwd() == str(tmp_path) and sys.path == path
+
+
+def test_a_driver_whose_package_was_replaced_before_it_started_moves_by_its_pwd(package, monkeypatch):
+    _replace(package)
+    monkeypatch.setenv("PWD", str(package))
+    copy = compat.leave_working_dir_package()
+    assert copy is not None and os.getcwd() == str(copy) and Path("data/x.txt").read_text() == "same"
+
+
+def test_a_package_that_cannot_be_copied_leaves_the_driver_where_it_is(package, monkeypatch, capsys):
+    def fails(*args, **kwargs):
+        raise shutil.Error([("a", "b", "gone")])
+
+    monkeypatch.setattr(shutil, "copytree", fails)
+    assert compat.leave_working_dir_package() is None
+    assert os.getcwd() == str(package) and sys.path[0] == str(package)
+    assert f"the driver stays in its working_dir {package}" in capsys.readouterr().err
+
+
+def test_the_driver_leaves_the_package_before_anything_else(monkeypatch):
+    from airflow_tune.engine import __main__ as engine
+
+    calls: list[str] = []
+
+    def load_spec(*args):
+        calls.append("spec")
+        raise SpecError(["no spec"])
+
+    monkeypatch.setattr(engine, "leave_working_dir_package", lambda: calls.append("leave"))
+    monkeypatch.setattr(engine, "load_spec", load_spec)
+    assert engine.main([]) == engine.EXIT_BAD_SPEC
+    assert calls == ["leave", "spec"]
