@@ -23,13 +23,14 @@ def get_provider_info() -> dict[str, Any]:
         "connection-types": [
             {
                 "hook-class-name": "airflow_tune.hooks.ray.RayHook",
-                "connection-type": "ray",
-                "hook-name": "Ray",
+                # Not "ray": astro-provider-ray registers that type too (connections of type ray still work).
+                "connection-type": "ray_tune",
+                "hook-name": "Ray Tune (airflow-tune)",
                 "ui-field-behaviour": {
                     "hidden-fields": ["login"],
-                    "relabeling": {"schema": "Scheme", "password": "Token"},
+                    "relabeling": {"host": "Dashboard host or URL", "schema": "Scheme", "password": "Token"},
                     "placeholders": {
-                        "host": "127.0.0.1, or a full URL such as https://ray.example.com",
+                        "host": "127.0.0.1, or the dashboard's URL such as http://ray-head:8265 (not a ray:// address)",
                         "port": "8265",
                         "schema": "http or https (default http)",
                         "password": "Ray auth token, if the cluster needs one",

@@ -1,5 +1,9 @@
-"""A ``ray`` connection resolved into an endpoint: the dashboard URLs (the API's and the browser's), TLS, headers and
-the job defaults.
+"""A Ray connection (type ``ray_tune``, or ``ray`` as airflow-tune registered before) resolved into an endpoint: the
+dashboard URLs (the API's and the browser's), TLS, headers and the job defaults.
+
+The fields are read whatever the connection's type, so connections of the earlier ``ray`` type keep working. One
+written for astro-provider-ray (which registers ``ray`` too) is refused with what to write instead: its ``address``
+extra is a Ray Client or dashboard address the hook does not read, and its Kubernetes extras mean nothing here.
 
 Pure functions of the connection's fields and extras (like the Amazon provider's ``utils/connection_wrapper.py``): no
 I/O, so they are tested without a cluster and called wherever a hook needs its endpoint.
@@ -65,6 +69,10 @@ def build_dashboard_url(host: str | None, port: int | None = None, schema: str |
     return f"{scheme}://{host.rstrip('/')}:{port or DEFAULT_PORT}"
 
 
+def _masked(text: str) -> str:
+    return re.sub(r"//[^/]*@", "//***@", text)  # user:password@ is a secret: never echo it
+
+
 #: The extra naming the dashboard as a browser opens it, when that differs from the host the API calls go to.
 BROWSER_URL_OPTION = "dashboard_url"
 _BROWSER_URL_FIX = (
@@ -92,8 +100,7 @@ def parse_browser_url(value: Any, token: str | None = None) -> str | None:
         raise RayConnectionError(f"{name} holds the connection's token: remove it; {_BROWSER_URL_FIX}.")
     problem = _browser_url_problem(text)
     if problem:
-        shown = re.sub(r"//[^/]*@", "//***@", text)  # user:password@ is a secret: never echo it
-        raise RayConnectionError(f"{name} = {shown!r} {problem}: {_BROWSER_URL_FIX}.")
+        raise RayConnectionError(f"{name} = {_masked(text)!r} {problem}: {_BROWSER_URL_FIX}.")
     parts = urlsplit(text)
     return urlunsplit((parts.scheme.lower(), parts.netloc, parts.path.rstrip("/"), "", ""))
 
@@ -122,6 +129,78 @@ def _browser_url_problem(text: str) -> str | None:
     return None
 
 
+#: The connection types whose fields the hook reads: its own, and ``ray``, which it registered before
+#: (astro-provider-ray registers ``ray`` too, so airflow-tune no longer does; connections of that type keep working).
+CONN_TYPE = "ray_tune"
+LEGACY_CONN_TYPES = ("ray",)
+#: astro-provider-ray's connection form: the Ray address (a ``ray://`` Ray Client address or a dashboard URL) and the
+#: Kubernetes settings of its cluster-creating operators; host, port, schema and password are hidden there.
+ASTRO_ADDRESS_FIELD = "address"
+ASTRO_ONLY_FIELDS = (
+    "kube_config_path",
+    "kube_config",
+    "namespace",
+    "cluster_context",
+    "disable_verify_ssl",
+    "disable_tcp_keepalive",
+)
+_EXAMPLE_DASHBOARD = "http://ray-head:8265"
+_RAY_CLIENT = (
+    "a Ray Client address (ray://, port 10001 by default), which airflow-tune does not use: it calls the Jobs API of "
+    "the Ray dashboard (port 8265 of the head node by default)"
+)
+
+
+def _named(conn: Any) -> str:
+    conn_id = getattr(conn, "conn_id", None)
+    return f"The Ray connection {conn_id!r}" if conn_id else "The Ray connection"
+
+
+def astro_connection_problem(conn: Any, extra: Mapping[str, Any]) -> str | None:
+    """Say why a connection written for astro-provider-ray cannot be read here, and what to write; None otherwise.
+
+    A ``ray://`` host is a Ray Client address. With no host, an ``address`` extra (astro-provider-ray's one address
+    field) or its Kubernetes extras mark the connection as astro-provider-ray's; with a host, those extras are
+    ignored (a connection may serve both providers: the host for airflow-tune, ``address`` for astro-provider-ray).
+
+    :param conn: the Airflow connection.
+    :param extra: the connection's extra as a dict.
+    """
+    host = (conn.host or "").strip()
+    address = _extra_value(extra, ASTRO_ADDRESS_FIELD)
+    example = _EXAMPLE_DASHBOARD
+    if isinstance(address, str) and address.strip().lower().startswith(("http://", "https://")):
+        example = _masked(address.strip().rstrip("/"))  # astro-provider-ray's address may be the dashboard's URL
+    fix = (
+        f"write the Ray dashboard's URL in the connection's host (e.g. {example}, or host ray-head and port 8265) and "
+        f"choose the connection type {CONN_TYPE!r} (Ray Tune (airflow-tune)); while astro-provider-ray's tasks still "
+        "use this connection, give airflow-tune a connection of its own and pass its id as ray_conn_id"
+    )
+    if host.lower().startswith("ray://"):
+        return f"{_named(conn)} has the host {_masked(host)!r}, {_RAY_CLIENT}: {fix}."
+    if host:
+        return None
+    others = [name for name in ASTRO_ONLY_FIELDS if _extra_value(extra, name) not in (None, False)]
+    if address is None and not others:
+        return None
+    said = [f"{_named(conn)} has no host"]
+    if isinstance(address, str) and address.strip().lower().startswith("ray://"):
+        said.append(f"its extra {ASTRO_ADDRESS_FIELD!r} = {_masked(address.strip())!r} is {_RAY_CLIENT}")
+    elif address is not None:
+        shown = _masked(address.strip()) if isinstance(address, str) else address
+        said.append(f"its extra {ASTRO_ADDRESS_FIELD!r} = {shown!r} is astro-provider-ray's field, not read here")
+    if others:
+        names, plural = ", ".join(repr(name) for name in others), len(others) > 1
+        said.append(
+            f"its extra{'s' if plural else ''} {names} {'are' if plural else 'is'} astro-provider-ray's Kubernetes "
+            f"setting{'s' if plural else ''}, not used here"
+        )
+    return (
+        f"{'; '.join(said)}. It looks like a connection written for astro-provider-ray (which registers the 'ray' "
+        f"connection type and the same default id, ray_default): {fix}."
+    )
+
+
 def merge_runtime_env(default: Mapping[str, Any] | None, given: Mapping[str, Any] | None) -> dict[str, Any]:
     """Return ``given`` laid over ``default``: top-level keys of ``given`` win, ``env_vars`` merge key by key.
 
@@ -146,8 +225,11 @@ def stringify_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def _extra_value(extra: Mapping[str, Any], name: str) -> Any:
-    # Older connection forms stored form fields as "extra__<conn_type>__<name>".
-    value = extra.get(name, extra.get(f"extra__ray__{name}"))
+    # Older connection forms stored form fields as "extra__<conn_type>__<name>", of either type.
+    value = extra.get(name)
+    for conn_type in (CONN_TYPE, *LEGACY_CONN_TYPES):
+        if value is None:
+            value = extra.get(f"extra__{conn_type}__{name}")
     return None if value == "" else value
 
 
@@ -249,9 +331,12 @@ class RayEndpoint:
     def from_connection(cls, conn: Connection, extra: Mapping[str, Any]) -> RayEndpoint:
         """Resolve a connection and its parsed extra.
 
-        :param conn: the Airflow connection (type ``ray``).
+        :param conn: the Airflow connection (type ``ray_tune``, or ``ray``: the fields are read whatever the type).
         :param extra: the connection's extra as a dict.
         """
+        problem = astro_connection_problem(conn, extra)
+        if problem:
+            raise RayConnectionError(problem)
         url = build_dashboard_url(conn.host, conn.port, conn.schema)
         headers = {str(k): str(v) for k, v in _extra_dict(extra, "headers").items()}
         if conn.password:

@@ -41,10 +41,12 @@ if TYPE_CHECKING:
 class RayHook(BaseHook):
     """Submit, watch and stop jobs on a Ray cluster through its dashboard's Jobs API.
 
-    The connection (type ``ray``) gives the dashboard address as host/port/schema or a full URL in host, an optional
-    token in the password (sent as ``Authorization: Bearer``), and optional extras ``dashboard_url`` (the dashboard as a
-    browser opens it, for links), ``headers``, ``cookies``, ``verify``, ``runtime_env`` and ``metadata`` (defaults
-    merged under each job's).
+    The connection (type ``ray_tune``; one of the type ``ray``, which airflow-tune registered before, is read the same
+    way) gives the dashboard address as host/port/schema or a full URL in host, an optional token in the password
+    (sent as ``Authorization: Bearer``), and optional extras ``dashboard_url`` (the dashboard as a browser opens it, for
+    links), ``headers``, ``cookies``, ``verify``, ``runtime_env`` and ``metadata`` (defaults merged under each job's).
+    A connection written for astro-provider-ray (a ``ray://`` Ray Client address, or an ``address`` extra and no
+    host) is refused, saying what to write (see :func:`~airflow_tune.hooks.connection.astro_connection_problem`).
 
     :param ray_conn_id: the Airflow connection id.
     :param request_timeout: seconds to wait for an answer to each request.
@@ -52,8 +54,9 @@ class RayHook(BaseHook):
 
     conn_name_attr = "ray_conn_id"
     default_conn_name = "ray_default"
-    conn_type = "ray"
-    hook_name = "Ray"
+    #: Not ``ray``: astro-provider-ray registers that type too, and Airflow gives a type to one hook only.
+    conn_type = "ray_tune"
+    hook_name = "Ray Tune (airflow-tune)"
 
     def __init__(self, ray_conn_id: str = default_conn_name, request_timeout: float = 60.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)

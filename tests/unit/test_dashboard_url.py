@@ -150,7 +150,7 @@ def test_the_connection_form_shows_the_extra_with_a_placeholder_and_help(monkeyp
 
     from tests.support.airflow_compat import connection_form
 
-    field = connection_form("ray")["extra_fields"]["dashboard_url"]
+    field = connection_form("ray_tune")["extra_fields"]["dashboard_url"]
     assert field["schema"]["title"] == "Dashboard URL (browser)"
     assert field["schema"]["examples"] == ["http://127.0.0.1:8265"]  # the UI's placeholder and proposal
     assert "as a browser opens it" in field["description"] and "API calls still go to the host" in field["description"]

@@ -202,21 +202,21 @@ def test_provider_info_registers_hook_connection_type_and_link():
     info = get_provider_info()
     assert info["package-name"] == "airflow-tune"
     conn_types = {c["connection-type"]: c for c in info["connection-types"]}
-    assert conn_types["ray"]["hook-class-name"] == "airflow_tune.hooks.ray.RayHook"
+    assert conn_types["ray_tune"]["hook-class-name"] == "airflow_tune.hooks.ray.RayHook"
     hooks = {"integration-name": "Ray Tune", "python-modules": ["airflow_tune.hooks.ray", "airflow_tune.hooks.mlflow"]}
     assert hooks in info["hooks"]
     assert "airflow_tune.links.ray.RayJobLink" in info["extra-links"]
 
 
-def test_providers_manager_sees_the_ray_connection_type():
+def test_providers_manager_sees_the_ray_tune_connection_type():
     from tests.support.airflow_compat import connection_form, task_runtime_hooks
 
-    hook_info = task_runtime_hooks()["ray"]
+    hook_info = task_runtime_hooks()["ray_tune"]
     assert hook_info is not None
     assert hook_info.hook_class_name == "airflow_tune.hooks.ray.RayHook"
     assert hook_info.connection_testable
     # What the UI's connection form is given (3.2+ read conn-fields; 3.1 calls the hook's form methods).
-    form = connection_form("ray")
+    form = connection_form("ray_tune")
     assert set(form["extra_fields"]) >= {"verify", "headers", "cookies", "runtime_env", "allowed_storage_roots"}
     assert form["standard_fields"]["login"]["hidden"] is True
     assert form["standard_fields"]["password"]["title"] == "Token"

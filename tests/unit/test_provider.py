@@ -19,7 +19,7 @@ def test_provider_info_lists_every_module_and_they_import():
     from airflow_tune.get_provider_info import get_provider_info
 
     info = get_provider_info()
-    assert info["connection-types"][0]["connection-type"] == "ray"
+    assert info["connection-types"][0]["connection-type"] == "ray_tune"
     modules = [
         m
         for kind in ("hooks", "operators", "sensors", "triggers")
