@@ -132,7 +132,7 @@ def airflow_env(
     """An Airflow home of its own, no example DAGs, the ``ray_default`` connection to the local dashboard (with Ray's
     token as its password when the cluster has one), and ``mlflow_default`` to the ``mlflow`` tracking server's URL
     when the stack runs one."""
-    conn: dict[str, object] = {"conn_type": "ray", "host": "127.0.0.1", "port": dashboard_port, "schema": "http"}
+    conn: dict[str, object] = {"conn_type": "ray_tune", "host": "127.0.0.1", "port": dashboard_port, "schema": "http"}
     if ray_token:
         conn["password"] = ray_token
     env = {
