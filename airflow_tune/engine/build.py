@@ -21,6 +21,7 @@ from airflow_tune.engine.imports import EngineError, import_path, resolve_allow_
 from airflow_tune.engine.seeds import seed_points
 from airflow_tune.engine.stopping import build_stop
 from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
+from airflow_tune.spec.space import ArgumentNameError, bound_arguments
 
 # --- search space -------------------------------------------------------------------------------------------------
 
@@ -46,10 +47,12 @@ def build_domain(node: Any) -> Any:
     if name == "sample_from":
         fn = import_path(args, "sample_from")
         return tune.sample_from(fn)
-    positional = compat.log_domain_args(name, list(args.values()) if isinstance(args, Mapping) else list(args))
-    if name == "randn":
-        return tune.randn(*positional)
-    return getattr(tune, name)(*positional)
+    # Arguments given by name are bound by Tune's names, never by the order of the spec file's (sorted) keys.
+    try:
+        positional = bound_arguments(name, args)
+    except ArgumentNameError as exc:
+        raise EngineError(f"search-space primitive {node!r}: {exc}") from None
+    return getattr(tune, name)(*compat.log_domain_args(name, positional))
 
 
 def build_param_space(spec: ExperimentSpec) -> dict[str, Any]:

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tune.spec.errors import Errors, is_number
-from airflow_tune.spec.space import PRIMITIVES, check_space, misread_primitive, primitive_of
+from airflow_tune.spec.space import (
+    PARAMETERS,
+    PRIMITIVES,
+    ArgumentNameError,
+    bound_arguments,
+    check_space,
+    misread_primitive,
+    primitive_of,
+)
 
 _NUMBERS = ("uniform", "quniform", "loguniform", "qloguniform", "randn", "qrandn")
 _INTEGERS = ("randint", "qrandint", "lograndint", "qlograndint")
@@ -161,7 +169,7 @@ def _walk(
         return False
     if primitive is not None:
         args = node[primitive]
-        listed = list(args.values()) if isinstance(args, Mapping) else args if isinstance(args, list) else []
+        listed = _listed(primitive, args)
         refusal, count = takes.refused.get(primitive), len(errors.items)
         if refusal is not None and (refusal.when is None or refusal.when(listed)):
             errors.add(path, node, f"the {name} searcher {refusal.why}", refusal.instead)
@@ -196,6 +204,17 @@ def _walk(
         for i, child in enumerate(node):
             found |= _walk(name, takes, child, f"{path}[{i}]", errors, in_choice=in_choice, in_list=True, root=False)
     return found
+
+
+def _listed(primitive: str, args: Any) -> list[Any]:
+    """A primitive's arguments by position (an object of arguments bound by Tune's names), or [] when they are not
+    arguments Tune takes (``check_space`` names that)."""
+    if primitive not in PARAMETERS:
+        return args if isinstance(args, list) else []
+    try:
+        return bound_arguments(primitive, args)
+    except ArgumentNameError:
+        return []
 
 
 def _slash_keys(node: Any, path: str, *, plain: bool = False) -> list[tuple[str, str]]:

@@ -12,18 +12,28 @@ from typing import Any
 
 from airflow_tune.spec.errors import Errors, is_int, is_number
 
+#: Tune's parameter names of each number primitive, in Tune's order, and how many of them are required (the rest
+#: have Tune's defaults): ``ray/tune/search/sample.py``, the same names in Ray 2.43 to 2.60. A primitive's arguments
+#: are a list, bound by position, or an object, bound by these names (``{"qrandn": {"mean": 100, "sd": 20, "q": 1}}``).
+PARAMETERS: dict[str, tuple[tuple[str, ...], int]] = {
+    "uniform": (("lower", "upper"), 2),
+    "quniform": (("lower", "upper", "q"), 3),
+    "loguniform": (("lower", "upper", "base"), 2),
+    "qloguniform": (("lower", "upper", "q", "base"), 3),
+    "randn": (("mean", "sd"), 0),
+    "qrandn": (("mean", "sd", "q"), 3),
+    "randint": (("lower", "upper"), 2),
+    "qrandint": (("lower", "upper", "q"), 2),
+    "lograndint": (("lower", "upper", "base"), 2),
+    "qlograndint": (("lower", "upper", "q", "base"), 3),
+}
+#: Tune's defaults of the optional parameters that can come before a given one (``randn(mean=0.0, sd=1.0)``,
+#: ``qrandint(q=1)``); a log ``base`` is last and has none (Tune ignores it from 2.50 on, and so does the engine).
+DEFAULTS: dict[tuple[str, str], Any] = {("randn", "mean"): 0.0, ("randn", "sd"): 1.0, ("qrandint", "q"): 1}
+
 #: Search-space primitives and how many positional arguments each takes (min, max).
 PRIMITIVES: dict[str, tuple[int, int]] = {
-    "uniform": (2, 2),
-    "quniform": (3, 3),
-    "loguniform": (2, 3),
-    "qloguniform": (3, 4),
-    "randn": (0, 2),
-    "qrandn": (3, 3),
-    "randint": (2, 2),
-    "qrandint": (2, 3),
-    "lograndint": (2, 3),
-    "qlograndint": (3, 4),
+    **{name: (required, len(names)) for name, (names, required) in PARAMETERS.items()},
     "choice": (1, 1),
     "grid_search": (1, 1),
     "sample_from": (1, 1),
@@ -198,12 +208,16 @@ def check_space(node: Any, path: str, errors: Errors) -> None:
         return
     low_n, high_n = PRIMITIVES[name]
     if isinstance(args, Mapping):
-        args = list(args.values())
+        try:
+            args = positional_arguments(name, args)
+        except ArgumentNameError as exc:
+            errors.add(path, node, exc.problem, exc.fix)
+            return
     if not isinstance(args, list):
-        errors.add(path, node, f"{name} takes a list of numbers", f'write {{"{name}": [{_arg_names(name)}]}}')
+        errors.add(path, node, f"{name} takes a list of numbers", _write(name))
         return
     if not (low_n <= len(args) <= high_n):
-        errors.add(path, node, f"{name} takes {_arg_names(name)}", f'write {{"{name}": [{_arg_names(name)}]}}')
+        errors.add(path, node, f"{name} takes {_arg_names(name)}", _write(name))
         return
     if not all(is_number(a) for a in args):
         errors.add(path, node, f"{name} takes finite numbers only", f"write [{_arg_names(name)}] as numbers")
@@ -233,18 +247,77 @@ def check_space(node: Any, path: str, errors: Errors) -> None:
 
 
 def _arg_names(name: str) -> str:
-    return {
-        "uniform": "low, high",
-        "quniform": "low, high, q",
-        "loguniform": "low, high[, base]",
-        "qloguniform": "low, high, q[, base]",
-        "randn": "[mean, sd]",
-        "qrandn": "mean, sd, q",
-        "randint": "low, high",
-        "qrandint": "low, high[, q]",
-        "lograndint": "low, high[, base]",
-        "qlograndint": "low, high, q[, base]",
-    }.get(name, "values")
+    """A primitive's arguments by Tune's names, the optional ones in brackets: ``lower, upper, q[, base]``."""
+    if name not in PARAMETERS:
+        return "values"
+    names, required = PARAMETERS[name]
+    if required == 0:
+        return f"[{', '.join(names)}]"
+    return ", ".join(names[:required]) + "".join(f"[, {n}]" for n in names[required:])
+
+
+def _write(name: str) -> str:
+    """How to write a primitive's arguments: by position, or by Tune's names."""
+    names, required = PARAMETERS[name]
+    shown = names[:required] or names
+    positional = _arg_names(name) if required else ", ".join(names)
+    by_name = ", ".join(f'"{n}": ...' for n in shown)
+    return f'write {{"{name}": [{positional}]}} or by name, {{"{name}": {{{by_name}}}}}'
+
+
+class ArgumentNameError(ValueError):
+    """A primitive's arguments given by name that Tune's function does not take, or that lack a required one."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}; {fix}")
+        self.problem = problem
+        self.fix = fix
+
+
+def positional_arguments(name: str, args: Mapping[str, Any]) -> list[Any]:
+    """The arguments of number primitive ``name`` given by name, in Tune's order, as the engine passes them.
+
+    Bound by Tune's parameter names (:data:`PARAMETERS`), never by the order of the object's keys (the spec file is
+    written with sorted keys): ``{"qrandn": {"mean": 100, "sd": 20, "q": 0.5}}`` is ``qrandn(100, 20, 0.5)``. An
+    optional argument left out before a given one takes Tune's default (``{"randn": {"sd": 5}}`` is
+    ``randn(0.0, 5)``). Raises :class:`ArgumentNameError` for a name Tune does not take (with a did-you-mean) and for
+    a missing required one.
+    """
+    names, required = PARAMETERS[name]
+    unknown = [key for key in args if key not in names]
+    if unknown:
+        close = {str(k): difflib.get_close_matches(str(k).lower(), names, n=1, cutoff=0.6) for k in unknown}
+        hints = [f"{m[0]!r} (for {k!r})" for k, m in close.items() if m]
+        shown = ", ".join(repr(k) for k in unknown)
+        raise ArgumentNameError(
+            f"{name} takes the arguments {', '.join(names)} (Tune's names), not {shown}",
+            (f"did you mean {', '.join(hints)}? " if hints else "") + _write(name),
+        )
+    missing = [n for n in names[:required] if n not in args]
+    if missing:
+        raise ArgumentNameError(
+            f"{name} needs {', '.join(names[:required])}; {', '.join(repr(n) for n in missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing",
+            _write(name),
+        )
+    last = max((names.index(key) for key in args), default=-1)
+    out = []
+    for position in range(last + 1):
+        key = names[position]
+        if key in args:
+            out.append(args[key])
+        elif (name, key) in DEFAULTS:
+            out.append(DEFAULTS[(name, key)])
+        else:  # pragma: no cover - only a trailing base lacks a default, and nothing comes after it
+            raise ArgumentNameError(f"{name} needs {key} before the arguments after it", _write(name))
+    return out
+
+
+def bound_arguments(name: str, args: Any) -> list[Any]:
+    """A number primitive's arguments as a positional list: a list as it is, an object bound by Tune's names."""
+    if isinstance(args, Mapping):
+        return positional_arguments(name, args)
+    return list(args) if isinstance(args, (list, tuple)) else []
 
 
 def grids(node: Any, path: str) -> list[tuple[str, Any]]:
