@@ -21,6 +21,7 @@ import contextlib
 import functools
 import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -110,17 +111,29 @@ def refuse_without_ray(working_dir: Any, py_modules: Iterable[Any] | None, runti
         raise RayExtraMissing("shipping local code with the job (" + ", ".join(found) + ")")
 
 
-def by_value_problem(here_ray: str | None, cluster_ray: str) -> str | None:
-    """Why a trainable pickled by value with Ray ``here_ray`` may not load on a cluster of Ray ``cluster_ray``, or
-    None when it loads (see the module's docstring: any two releases of the supported range).
+def by_value_problem(here_ray: str | None, cluster_ray: str, cluster_python: str | None = None) -> str | None:
+    """Why a trainable pickled by value with Ray ``here_ray`` on this Python may not load on a cluster of Ray
+    ``cluster_ray`` and Python ``cluster_python``, or None when it loads (see the module's docstring: any two releases
+    of the supported range, on the same Python minor: pickled code objects are bytecode of one minor).
 
     :param here_ray: this side's Ray version (None: no Ray here, nothing can be pickled).
     :param cluster_ray: the cluster's Ray version, as its dashboard says.
+    :param cluster_python: the cluster's Python version, as its dashboard says (None: not known here; the shipped
+        package then refuses to load on another minor, on the cluster).
     """
-    from airflow_tune.versions import describe_supported_ray, ray_version_problem
+    from airflow_tune.versions import describe_supported_ray, python_minor, ray_version_problem
 
     if here_ray is None:
         return f"Ray is not installed on the Airflow side ({RAY_EXTRA})"
+    here_python = "{}.{}".format(*sys.version_info[:2])
+    there = python_minor(cluster_python) if cluster_python else None
+    if there is not None and there != tuple(sys.version_info[:2]):
+        return (
+            f"it is pickled on Python {here_python} (this Airflow worker) and the cluster runs Python "
+            f"{cluster_python}: pickled code loads only on the Python minor it was pickled on. Run Python "
+            f"{there[0]}.{there[1]} on the Airflow workers (or {here_python} on the cluster), or ship the trainable by "
+            "import path (trainable='package.module:name' with py_modules=), which works across Python versions"
+        )
     if ray_version_problem(here_ray) is None and ray_version_problem(cluster_ray) is None:
         return None
     return (
@@ -167,15 +180,17 @@ def bounded_ray_client(endpoint: Any, request_timeout: float) -> Any:
         )
 
 
-def refuse_by_value(source: str, cluster_ray: str) -> None:
-    """Raise when a trainable pickled by value here may not load on a cluster of Ray ``cluster_ray``.
+def refuse_by_value(source: str, cluster_ray: str, cluster_python: str | None = None) -> None:
+    """Raise when a trainable pickled by value here may not load on a cluster of Ray ``cluster_ray`` and Python
+    ``cluster_python``.
 
     :param source: the trainable, ``module:qualname``.
     :param cluster_ray: the cluster's Ray version.
+    :param cluster_python: the cluster's Python version (None: unknown).
     """
     from airflow_tune.exceptions import RayConnectionError
 
-    problem = by_value_problem(installed_ray_version(), cluster_ray)
+    problem = by_value_problem(installed_ray_version(), cluster_ray, cluster_python)
     if problem:
         raise RayConnectionError(
             f"The trainable {source} is shipped by value, but {problem}. Nothing was written or submitted."

@@ -6,7 +6,14 @@ from __future__ import annotations
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-__all__ = ["SUPPORTED_RAY", "describe_supported_ray", "ray_version_problem"]
+__all__ = [
+    "SUPPORTED_PYTHON",
+    "SUPPORTED_RAY",
+    "describe_supported_ray",
+    "python_minor",
+    "python_version_problem",
+    "ray_version_problem",
+]
 
 #: Ray on the cluster: at least the first (inclusive), below the second (exclusive). 2.43 is the first release whose
 #: ``ray.tune`` exports ``RunConfig``, ``CheckpointConfig`` and ``get_checkpoint``; 2.60 the last one tested.
@@ -37,3 +44,29 @@ def ray_version_problem(version: str) -> str | None:
         return None
     side = "older" if parsed < Version(low) else "newer"
     return f"Ray {version} is {side} than airflow-tune supports ({describe_supported_ray()})"
+
+
+#: Python on the cluster, as on the Airflow side (pyproject's requires-python): the first minor (inclusive) to the
+#: second (exclusive). The engine's spec classes need 3.10 (``dataclass(kw_only=True)``); 3.13 is the last tested.
+SUPPORTED_PYTHON = ((3, 10), (3, 14))
+
+
+def python_minor(version: str) -> tuple[int, int] | None:
+    """``(3, 13)`` of ``"3.13.1"``, or None when ``version`` does not start with two numbers."""
+    parts = str(version).strip().split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def python_version_problem(version: str) -> str | None:
+    """Why a cluster running Python ``version`` cannot run the engine, or None when it can."""
+    (low_major, low_minor), (high_major, high_minor) = SUPPORTED_PYTHON
+    supported = f"Python {low_major}.{low_minor} to {high_major}.{high_minor - 1}"
+    minor = python_minor(version)
+    if minor is None:
+        return f"its Python version {version!r} is not a version number; airflow-tune's engine runs on {supported}"
+    if SUPPORTED_PYTHON[0] <= minor < SUPPORTED_PYTHON[1]:
+        return None
+    return f"Python {version} is outside what airflow-tune's engine runs on ({supported})"

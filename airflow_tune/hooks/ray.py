@@ -19,18 +19,17 @@ from urllib.parse import quote
 from airflow.sdk import BaseHook
 
 from airflow_tune.exceptions import AirflowTuneException, RayConnectionError, RayJobNotFoundError
+from airflow_tune.hooks.cluster_versions import ClusterVersions, read_cluster_versions
 from airflow_tune.hooks.connection import RayEndpoint, merge_runtime_env, stringify_metadata
 from airflow_tune.hooks.status_poll import JobWatch, shared_job_status, watch
 from airflow_tune.hooks.submission import submit_once
 from airflow_tune.hooks.transport import (
-    CONNECT_TIMEOUT,
     AsyncTransport,
     job_to_dict,
     metadata_matches,
     newest_first,
     quote_id,
     retrying,
-    status_error,
     translate_error,
 )
 
@@ -65,6 +64,7 @@ class RayHook(BaseHook):
         self._endpoint: RayEndpoint | None = None
         self._client: JobsClient | None = None
         self._transport: AsyncTransport | None = None
+        self._cluster_versions: ClusterVersions | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(ray_conn_id={self.ray_conn_id!r})"
@@ -156,56 +156,58 @@ class RayHook(BaseHook):
         return self._client
 
     def test_connection(self) -> tuple[bool, str]:
-        """Ask the dashboard for its Ray version (``GET /api/version``); return (ok, message). A cluster outside the
-        supported range fails the test, as it would fail every task."""
+        """Ask the dashboard for the cluster's Ray and Python versions; return (ok, message). A cluster outside the
+        supported ranges fails the test, as it would fail every task."""
         try:
-            version = self.check_ray_version()
+            versions = self.check_cluster_versions()
         except Exception as exc:
             return False, str(exc) if isinstance(exc, AirflowTuneException) else f"{type(exc).__name__}: {exc}"
-        return True, f"Connected to Ray {version} at {self.endpoint.url}"
+        on_python = f" on Python {versions.python}" if versions.python else ""
+        return True, f"Connected to Ray {versions.ray}{on_python} at {self.endpoint.url}"
+
+    def get_cluster_versions(self) -> ClusterVersions:
+        """The Ray and Python versions the cluster runs, as its dashboard says (``GET /api/v0/cluster_metadata``;
+        Python is None where only ``GET /api/version`` answers)."""
+        return read_cluster_versions(self.endpoint, self.request_timeout)
 
     def get_ray_version(self) -> str:
-        """The Ray version the cluster runs, as its dashboard says (``GET /api/version``)."""
-        import requests
+        """The Ray version the cluster runs, as its dashboard says."""
+        return self.get_cluster_versions().ray
 
-        endpoint = self.endpoint
-        action = "read its version"
-        try:
-            resp = requests.get(
-                f"{endpoint.url}/api/version",
-                headers=endpoint.headers,
-                cookies=endpoint.cookies,
-                verify=endpoint.verify,
-                timeout=(CONNECT_TIMEOUT, min(self.request_timeout, 30.0)),
-            )
-        except Exception as exc:
-            raise translate_error(exc, url=endpoint.url, action=action) from exc
-        if resp.status_code >= 400:
-            raise status_error(resp.status_code, resp.text, url=endpoint.url, action=action, job_id=None)
-        try:
-            return str(resp.json()["ray_version"])
-        except (ValueError, KeyError, TypeError):
-            raise RayConnectionError(
-                f"{endpoint.url} answered GET /api/version, but not as a Ray dashboard does (no Ray version in it)."
-            ) from None
+    def check_cluster_versions(self) -> ClusterVersions:
+        """Return the cluster's versions; raise RayConnectionError when its Ray or Python is outside what the engine
+        runs on (:data:`airflow_tune.versions.SUPPORTED_RAY`, :data:`~airflow_tune.versions.SUPPORTED_PYTHON`).
 
-    def check_ray_version(self) -> str:
-        """Return the cluster's Ray version; raise RayConnectionError when it is outside the supported range.
-
-        The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Ray, and is
-        tested on every release of :data:`airflow_tune.versions.SUPPORTED_RAY`; this side's Ray plays no part here.
+        The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Python and
+        Ray, and is tested on every release of those ranges; this side's Ray plays no part here.
         """
-        from airflow_tune.versions import ray_version_problem
+        from airflow_tune.versions import python_version_problem, ray_version_problem
 
-        there = self.get_ray_version()
-        problem = ray_version_problem(there)
+        there = self.get_cluster_versions()
+        problem = ray_version_problem(there.ray)
         if problem:
             raise RayConnectionError(
-                f"The Ray cluster at {self.endpoint.url} runs Ray {there}, which airflow-tune cannot run its engine "
-                f"on: {problem}. Run a Ray release in that range on the cluster, or point the connection at a cluster "
-                "that does; nothing was written or submitted."
+                f"The Ray cluster at {self.endpoint.url} runs Ray {there.ray}, which airflow-tune cannot run its "
+                f"engine on: {problem}. Run a Ray release in that range on the cluster, or point the connection at a "
+                "cluster that does; nothing was written or submitted."
             )
+        problem = python_version_problem(there.python) if there.python else None
+        if problem:
+            raise RayConnectionError(
+                f"The Ray cluster at {self.endpoint.url} runs Python {there.python}, which airflow-tune cannot run its "
+                f"engine on: {problem}. Run the cluster's Ray on a Python in that range (Ray's images have one for "
+                "each), or point the connection at a cluster that does; nothing was written or submitted."
+            )
+        self._cluster_versions = there
         return there
+
+    def check_ray_version(self) -> str:
+        """Return the cluster's Ray version after :meth:`check_cluster_versions`."""
+        return self.check_cluster_versions().ray
+
+    def cluster_python(self) -> str | None:
+        """The cluster's Python version as the last check read it (no request; None before a check)."""
+        return self._cluster_versions.python if self._cluster_versions else None
 
     @contextlib.contextmanager
     def _translated(self, action: str, job_id: str | None = None) -> Iterator[None]:

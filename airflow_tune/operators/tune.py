@@ -335,7 +335,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         self.check_before_writing(spec)
         cluster_ray = self.hook.check_ray_version()
         if self.trainable_object is not None and self.trainable_code.by_value:
-            ray_extra.refuse_by_value(self.trainable_code.source, cluster_ray)
+            ray_extra.refuse_by_value(self.trainable_code.source, cluster_ray, self.hook.cluster_python())
         spec_uri, spec_digest = reconcile.write_job_spec(spec, job_id)
         metadata = reconcile.job_metadata(
             spec, spec_uri, spec_digest, run_id=context["run_id"], try_number=getattr(context["ti"], "try_number", "")

@@ -25,14 +25,20 @@ from tests.support.json_http import JsonHandler
 
 
 class _Dashboard(JsonHandler):
-    """Answers GET /api/version with ``ray_version`` and GET /api/jobs/ with no jobs; records every request."""
+    """Answers GET /api/version with ``ray_version``, GET /api/v0/cluster_metadata as Ray 2.43 to 2.60 do when
+    ``python_version`` is set (else 404, as a dashboard without that module), and GET /api/jobs/ with no jobs;
+    records every request."""
 
     ray_version: str | None = "2.59.0"
+    python_version: str | None = None
     seen: list[tuple[str, str]] = []
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         type(self).seen.append(("GET", self.path))
-        if self.path == "/api/version":
+        if self.path == "/api/v0/cluster_metadata" and self.python_version is not None:
+            data = {"rayVersion": self.ray_version, "pythonVersion": self.python_version, "rayInitCluster": False}
+            self._answer(200, {"result": True, "msg": "", "data": data})
+        elif self.path == "/api/version":
             body: dict = {"version": "4", "ray_commit": "x", "session_name": "s"}
             if self.ray_version is not None:
                 body["ray_version"] = self.ray_version
@@ -54,6 +60,11 @@ def dashboard(monkeypatch) -> Iterator[type[_Dashboard]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Dashboard)
     _Dashboard.seen = []
     _Dashboard.ray_version = "2.59.0"
+    _Dashboard.python_version = None
+    # The operator's storage checks (disjoint folders) are not what these tests are about: no storage here.
+    monkeypatch.setattr("airflow_tune.disjoint.check_experiment_folder", lambda *args, **kwargs: None)
+    monkeypatch.setattr("airflow_tune.storage.read_bytes_or_none", lambda *args, **kwargs: None)
+    monkeypatch.setattr("airflow_tune.storage.exists", lambda *args, **kwargs: False)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     conn = {"conn_type": "ray", "host": "127.0.0.1", "port": server.server_address[1]}
@@ -131,3 +142,35 @@ def test_a_dashboard_that_does_not_say_its_ray_version_is_refused_clearly(dashbo
     dashboard.ray_version = None
     with pytest.raises(RayConnectionError, match="not as a Ray dashboard does"):
         RayHook(ray_conn_id="ray_other_version").check_ray_version()
+
+
+@pytest.mark.parametrize("cluster_python", ["3.9.18", "3.14.0"])
+def test_the_operator_refuses_a_cluster_python_outside_the_range_before_writing_or_submitting(
+    dashboard, cluster_python
+):
+    dashboard.python_version = cluster_python
+    with (
+        mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),
+        mock.patch("airflow_tune.storage.write_bytes") as write_bytes,
+        mock.patch("airflow_tune.storage.write_json") as write_json,
+        pytest.raises(RayConnectionError) as caught,
+    ):
+        _operator().execute(_context())  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert f"runs Python {cluster_python}" in message and "Python 3.10 to 3.13" in message, message
+    assert "nothing was written or submitted" in message
+    assert not write_bytes.called and not write_json.called
+    assert ("GET", "/api/v0/cluster_metadata") in dashboard.seen
+    assert not [r for r in dashboard.seen if r[0] != "GET"], dashboard.seen
+
+
+def test_the_hook_reads_the_cluster_python_and_the_connection_test_names_it(dashboard):
+    dashboard.python_version = "3.13.1"
+    hook = RayHook(ray_conn_id="ray_other_version")
+    assert hook.cluster_python() is None  # no request before a check
+    assert tuple(hook.check_cluster_versions()) == ("2.59.0", "3.13.1")
+    assert hook.cluster_python() == "3.13.1"
+    ok, message = RayHook(ray_conn_id="ray_other_version").test_connection()
+    assert ok and "Connected to Ray 2.59.0 on Python 3.13.1" in message, message
+    dashboard.python_version = None  # a dashboard that only answers /api/version: Ray's version, Python unknown
+    assert tuple(RayHook(ray_conn_id="ray_other_version").check_cluster_versions()) == ("2.59.0", None)

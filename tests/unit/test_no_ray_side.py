@@ -177,3 +177,25 @@ def test_the_modules_import_no_ray():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_by_value_refused_across_python_minors_naming_both_and_the_fix():
+    here = "{}.{}".format(*sys.version_info[:2])
+    other = f"3.{sys.version_info[1] + 1}.2"
+    problem = ray_extra.by_value_problem("2.60.0", "2.60.0", other)
+    assert problem and f"Python {here}" in problem and f"Python {other}" in problem
+    assert "import path" in problem
+    assert ray_extra.by_value_problem("2.60.0", "2.60.0", f"{here}.9") is None
+    assert ray_extra.by_value_problem("2.60.0", "2.60.0", None) is None  # not known here: the cluster side refuses
+
+
+def test_cluster_python_range():
+    from airflow_tune.versions import python_minor, python_version_problem
+
+    assert python_minor("3.13.1") == (3, 13) and python_minor("x") is None
+    for ok in ("3.10.13", "3.11.7", "3.12.1", "3.13.0"):
+        assert python_version_problem(ok) is None
+    for bad in ("3.9.18", "3.14.0", "2.7.18"):
+        problem = python_version_problem(bad)
+        assert problem and bad in problem and "3.10 to 3.13" in problem
+    assert "not a version number" in (python_version_problem("latest") or "")

@@ -55,3 +55,32 @@ def test_the_module_imports_no_ray():
     code = "import sys, airflow_tune.versions; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def _engine_import(patch: str) -> subprocess.CompletedProcess:
+    """Import the engine package in a fresh interpreter after ``patch`` (what a cluster of another Python or Ray
+    would report), as ``python -m airflow_tune.engine`` does first on the cluster. ``packaging`` is imported
+    before the patch: it picks its own code by the Python it runs on."""
+    code = f"import sys, importlib.metadata as metadata, packaging.version\n{patch}\nimport airflow_tune.engine\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ("sys.version_info = (3, 9, 18, 'final', 0)", "Python 3.9.18 is outside"),
+        ("sys.version_info = (3, 14, 0, 'final', 0)", "Python 3.14.0 is outside"),
+        ("metadata.version = lambda name: '2.40.0'", "Ray 2.40.0 is older"),
+    ],
+)
+def test_the_engine_refuses_a_python_or_ray_it_cannot_run_on_at_its_start(patch, named):
+    done = _engine_import(patch)
+    assert done.returncode != 0
+    verdict = [line for line in done.stdout.splitlines() if line.startswith("[airflow-tune] verdict: ")]
+    assert verdict and "engine cannot run here" in verdict[0] and named in verdict[0], done.stdout
+    assert "ImportError: airflow-tune's engine cannot run here" in done.stderr
+
+
+def test_the_engine_imports_on_this_python_and_ray():
+    done = _engine_import("")
+    assert done.returncode == 0 and not done.stdout, (done.stdout, done.stderr)
