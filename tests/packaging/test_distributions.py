@@ -1,7 +1,7 @@
 """The package as PyPI users get it: the sdist and wheel built from a clean copy of the tree (what git tracks, plus new
 files git does not ignore; no venvs, no egg-info, no build folders), both passing ``twine check --strict``, and the
 wheel (not editable) installed with ``apache-airflow`` at the constraints' release and no extras into a fresh venv,
-where Airflow lists the provider and its plugin from a fresh AIRFLOW_HOME.
+where Airflow lists the provider, its ray_tune connection type and its plugin from a fresh AIRFLOW_HOME.
 
 One build and one install for the module (about a minute, most of it the install); `make test` runs it, `make check`
 does not (``-m unit``).
@@ -213,17 +213,17 @@ def test_airflow_lists_the_provider(built: Built):
     assert ours and ours[0]["version"] == VERSION, listed
 
 
-def test_airflow_registers_the_ray_connection_type_with_its_hook(built: Built):
+def test_airflow_registers_the_ray_tune_connection_type_with_its_hook(built: Built):
     airflow = str(built.venv_python.parent / "airflow")
     hooks = json.loads(_run([airflow, "providers", "hooks", "--output", "json"], cwd=built.work, env=built.env))
-    ray = [h for h in hooks if h.get("connection_type") == "ray"]
-    assert ray == [
+    ours = [h for h in hooks if h.get("package_name") == "airflow-tune"]
+    assert ours == [
         {
-            "connection_type": "ray",
+            "connection_type": "ray_tune",
             "class": "airflow_tune.hooks.ray.RayHook",
             "conn_id_attribute_name": "ray_conn_id",
             "package_name": "airflow-tune",
-            "hook_name": "Ray",
+            "hook_name": "Ray Tune (airflow-tune)",
         }
     ], hooks
 
