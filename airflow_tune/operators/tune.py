@@ -20,6 +20,7 @@ from airflow_tune.operators.tune_spec import SPEC_FIELDS, TuneSpecBuilder, engin
 from airflow_tune.operators.tune_wait import JobWaiting
 from airflow_tune.promote_written import Written
 from airflow_tune.spec import ExperimentSpec
+from airflow_tune.spec.tune_objects import space_from_tune
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -42,7 +43,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     :param storage_path: where Tune keeps experiment state and checkpoints, e.g. ``s3://bucket/experiments``.
     :param metric: the metric the trainable reports and the search optimizes.
     :param mode: ``"min"`` or ``"max"``.
-    :param param_space: the search space as JSON, e.g. ``{"lr": {"loguniform": [1e-4, 1e-1]}}``.
+    :param param_space: the search space as JSON, e.g. ``{"lr": {"loguniform": [1e-4, 1e-1]}}``, or as Tune writes
+        it, ``{"lr": tune.loguniform(1e-4, 1e-1)}`` (Tune's sample objects at any depth become that JSON form).
     :param num_samples: samples of the space (times each grid point); -1 until time_budget_s or a stopper ends it.
     :param max_concurrent_trials: at most this many trials at once.
     :param reuse_actors: reuse Class API actors between trials (``reset_config``).
@@ -172,6 +174,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # Tune's sample objects (tune.uniform(0, 1), at any depth) as the spec's JSON form, before anything reads it.
+        param_space = space_from_tune(param_space)
         # Airflow calls any callable it finds in a template field, so an object stays out of ``trainable``.
         self.trainable_object = None if isinstance(trainable, str) else trainable
         self.trainable = trainable if isinstance(trainable, str) else code.describe(trainable)

@@ -36,6 +36,7 @@ from airflow_tune.spec.space import (
 from airflow_tune.spec.stopping import check_stop, experiment_stoppers
 from airflow_tune.spec.tracking import check_no_double_tracking, check_tracking
 from airflow_tune.spec.trust import check_data_only, check_provenance, field_code_references
+from airflow_tune.spec.tune_objects import not_carried
 
 SPEC_VERSION = 1
 ERRORED_TRIAL_POLICIES = ("resume", "restart", "keep")
@@ -258,6 +259,8 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
         errors.add("param_space", space, "must be a JSON object", 'write {"lr": {"loguniform": [1e-4, 1e-1]}, ...}')
     else:
         check_param_space(space, "param_space", errors)
+        for where, value, problem, fix in not_carried(space, "param_space"):
+            errors.add(where, value, problem, fix)
     tk = kw.get("trainable_kwargs", {})
     if not isinstance(tk, Mapping):
         errors.add("trainable_kwargs", tk, "must be a JSON object", "pass keyword arguments as {name: value}")
