@@ -63,8 +63,13 @@ COMPAT_SIDE_RAY ?= 2.43.0
 COMPAT_SIDE_RAY_STAMP := $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)/.installed
 COMPAT_ENV := AIRFLOW_TUNE_COMPAT_DIR=$(abspath $(COMPAT)) AIRFLOW_TUNE_COMPAT_RAY="$(COMPAT_RAY_RELEASES)" \
   AIRFLOW_TUNE_COMPAT_AIRFLOW="$(COMPAT_AIRFLOW_RELEASES)" AIRFLOW_TUNE_COMPAT_SIDE_RAY=$(COMPAT_SIDE_RAY)
+# The newest supported Python (the official Airflow image's default), on both sides: Airflow 3.3 with the provider
+# and its `ray` extra, and a Ray 2.60 cluster, each in an environment of its own (pyenv's, as the oldest above).
+COMPAT_NEWEST_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13.*/bin/python3.13) \
+  $(shell command -v python3.13) python3.13)
+COMPAT_NEWEST_STAMPS := $(COMPAT)/airflow-python-3.13/.installed $(COMPAT)/ray-python-3.13/.installed
 
-compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMPS) $(COMPAT_SIDE_RAY_STAMP) ## .compat: other Ray and Airflow releases
+compat-envs: $(COMPAT_RAY_STAMPS) $(COMPAT_AIRFLOW_STAMPS) $(COMPAT_SIDE_RAY_STAMP) $(COMPAT_NEWEST_STAMPS) ## .compat: other Ray, Airflow and Python releases
 
 $(COMPAT)/ray-%/.installed: docker/requirements-ray.txt | $(STAMP)
 	rm -rf $(COMPAT)/ray-$*
@@ -92,6 +97,19 @@ $(COMPAT_SIDE_RAY_STAMP): pyproject.toml constraints.txt | $(STAMP)
 	  "apache-airflow==$$(grep '^apache-airflow==' constraints.txt | cut -d= -f3)" "ray[tune]==$(COMPAT_SIDE_RAY)" \
 	  -e ".[ray]" --group test
 	rm -rf airflow_tune.egg-info
+	touch $@
+
+$(COMPAT)/airflow-python-3.13/.installed: pyproject.toml constraints.txt | $(STAMP)
+	rm -rf $(COMPAT)/airflow-python-3.13
+	$(UV) venv -q --no-python-downloads --python $(COMPAT_NEWEST_PYTHON) $(COMPAT)/airflow-python-3.13
+	$(UV) pip install -q --python $(COMPAT)/airflow-python-3.13/bin/python -c constraints.txt -e ".[ray]" --group test
+	rm -rf airflow_tune.egg-info
+	touch $@
+
+$(COMPAT)/ray-python-3.13/.installed: docker/requirements-ray.txt constraints.txt | $(STAMP)
+	rm -rf $(COMPAT)/ray-python-3.13
+	$(UV) venv -q --no-python-downloads --python $(COMPAT_NEWEST_PYTHON) $(COMPAT)/ray-python-3.13
+	$(UV) pip install -q --python $(COMPAT)/ray-python-3.13/bin/python -c constraints.txt -r docker/requirements-ray.txt
 	touch $@
 
 # The editable install leaves airflow_tune.egg-info in the checkout (setuptools runs egg_info there for the build

@@ -42,3 +42,14 @@ SIDE_RAY_RELEASE = os.environ.get("AIRFLOW_TUNE_COMPAT_SIDE_RAY", "2.43.0")
 def airflow_side_ray_python() -> Path:
     """The Python of the Airflow environment whose Ray (the provider's ``ray`` extra) is the oldest supported one."""
     return _python(f"airflow-side-ray-{SIDE_RAY_RELEASE}")
+
+
+def newest_python_airflow() -> Path:
+    """The Python of the environment of the newest supported Airflow on the newest supported Python (3.13), with the
+    provider and its ``ray`` extra."""
+    return _python("airflow-python-3.13")
+
+
+def newest_python_cluster() -> Path:
+    """The Python of the cluster virtualenv of the newest supported Ray on the newest supported Python (3.13)."""
+    return _python("ray-python-3.13")
