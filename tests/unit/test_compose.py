@@ -252,9 +252,10 @@ def test_images_are_pinned_and_match_the_constraints(services):
     for image in images:
         assert pinned.match(image), f"image {image!r} is not pinned to a version"
         assert "latest" not in image
-    # Built images: Airflow and Ray at the versions the project is tested with, Python 3.11 on both sides.
-    assert _from_lines("Dockerfile.airflow") == [f"apache/airflow:slim-{airflow}-python3.11"]
-    assert _from_lines("Dockerfile.ray") == [f"rayproject/ray:{ray}-py311-cpu"]
+    # Built images: Airflow and Ray at the versions the project is tested with, Python 3.13 (the official Airflow
+    # image's default) on both sides.
+    assert _from_lines("Dockerfile.airflow") == [f"apache/airflow:slim-{airflow}-python3.13"]
+    assert _from_lines("Dockerfile.ray") == [f"rayproject/ray:{ray}-py313-cpu"]
     assert f'"apache-airflow=={airflow}"' in (DOCKER / "Dockerfile.airflow").read_text()
     assert "-c /opt/airflow-tune/constraints.txt" in (DOCKER / "Dockerfile.airflow").read_text()
     assert "-c /tmp/airflow-tune/constraints.txt" in (DOCKER / "Dockerfile.ray").read_text()
@@ -267,7 +268,7 @@ def test_images_are_pinned_and_match_the_constraints(services):
     assert all(s["build"]["dockerfile"] == "docker/Dockerfile.ray" for s in ray_nodes)
     assert {s["build"]["context"] for s in services.values() if "build" in s} == {str(REPO)}
     # Ray's tag is a build argument (its -aarch64 variant on arm64), by default the Dockerfile's own.
-    assert {s["build"]["args"]["RAY_IMAGE_TAG"] for s in ray_nodes} == {f"{ray}-py311-cpu"}
+    assert {s["build"]["args"]["RAY_IMAGE_TAG"] for s in ray_nodes} == {f"{ray}-py313-cpu"}
     assert services["s3"]["image"] == f"motoserver/moto:{moto}"
     # The MLflow image: built from the requirements the local stack's server runs from, tagged with its MLflow.
     pins = dict(
