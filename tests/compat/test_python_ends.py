@@ -100,7 +100,8 @@ def _run(python: Path | str, year: int) -> tuple[str, dict, dict, str]:
     )
     output = done.stdout + done.stderr
     print(f"{python}: the DAG run took {time.monotonic() - started:.1f}s")
-    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in output.splitlines() if line.startswith("DAG_RUN_")}
+    marked = [line.split(" ", 1) for line in output.splitlines() if line.startswith("DAG_RUN_")]
+    lines = {mark: rest for mark, rest in marked}
     assert "DAG_RUN_STATE" in lines and "DAG_RUN_XCOM" in lines, output[-8000:]
     state, states = lines["DAG_RUN_STATE"].split(" ", 1)
     xcoms = json.JSONDecoder().raw_decode(lines["DAG_RUN_XCOM"])[0]
