@@ -1,7 +1,8 @@
 """The experiment spec, as plain JSON: the one input both sides share.
 
-- :mod:`~airflow_tune.spec.space`: the search-space grammar (primitives, their checks, what Tune would run as code,
-  the import paths a space names, a JSON schema for trigger forms);
+- :mod:`~airflow_tune.spec.space`: the search-space grammar (primitives, their arguments by Tune's names, their
+  checks, what Tune would run as code, the import paths a space names, a JSON schema for trigger forms);
+- :mod:`~airflow_tune.spec.tune_objects`: Tune's own sample objects as the JSON form, and what a spec cannot carry;
 - :mod:`~airflow_tune.spec.parts`: scheduler, searcher, resources, checkpoints, failures, each checking itself
   (with :mod:`~airflow_tune.spec.arguments`, the arguments Tune's schedulers and searchers take, and
   :mod:`~airflow_tune.spec.resources`, the resource names and amounts Ray accepts);
