@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_tune import storage
 
@@ -105,3 +105,94 @@ def load_checkpoint(
         return Checkpoint(path=folder)
     fs, path = storage.resolve(uri)
     return Checkpoint(path=path, filesystem=fs)
+
+
+def download_model(
+    uri: str,
+    local_dir: str | None = None,
+    *,
+    mlflow_conn_id: str = "mlflow_default",
+    ray_conn_id: str = "ray_default",
+) -> str:
+    """Copy the MLflow Model of a promoted version to ``local_dir`` (a new temp dir by default), verified: the
+    checkpoint inside it byte for byte as its trial wrote it (proven by its experiment's Ray job), and every other
+    file (``MLmodel``, the pickled loader, its code, the requirements) as the promotion wrote it (the digest the
+    registry records). Load it with ``mlflow.pyfunc.load_model(folder)`` (or :func:`load_model`).
+
+    :param uri: ``models:/<name>@<alias>`` or ``models:/<name>/<version>``, or an S3 registry
+        ``s3://bucket/models/<name>`` (its champion).
+    :param local_dir: where to put the model's files; without it, the caller removes the new temp dir when done.
+    :param mlflow_conn_id: the MLflow tracking server's connection, for a ``models:/`` URI.
+    :param ray_conn_id: the Ray cluster that ran the version's experiment.
+    :return: the local folder holding the MLflow Model.
+    """
+    from airflow_tune.exceptions import PromotionError
+    from airflow_tune.mlflow_model import checkpoint_part, model_digest
+    from airflow_tune.provenance import files_digest, local_file_digests
+
+    if not isinstance(uri, str) or not uri:
+        raise ValueError(
+            f"uri = {uri!r}: give models:/<name>@<alias>, models:/<name>/<version> or s3://bucket/models/x"
+        )
+    extra: tuple[str, ...] = ()
+    if uri.startswith(MODELS_PREFIX):
+        from airflow_tune.registry_mlflow import resolve_version
+
+        proven = resolve_version(uri, mlflow_conn_id, ray_conn_id)
+        if proven.model_uri is None or proven.model_digest is None:
+            raise PromotionError(
+                f"{proven.what} is a bare checkpoint, not an MLflow Model (it was promoted without model_loader): "
+                "download_checkpoint reads it"
+            )
+        model_uri, digest, checkpoint_digest, what = (
+            proven.model_uri,
+            proven.model_digest,
+            proven.checkpoint_digest,
+            proven.what,
+        )
+        builtin = proven.model_kind == "pyfunc"
+    elif uri.startswith("s3://"):
+        from airflow_tune.registry import champion_model
+
+        model_uri, digest, checkpoint_digest, what = champion_model(uri, ray_conn_id=ray_conn_id)
+        builtin = not model_uri.endswith("/checkpoint")
+        extra = ("model.json",)  # the version's card, beside the model's files
+    else:
+        raise ValueError(
+            f"uri = {uri!r}: give models:/<name>@<alias>, models:/<name>/<version> or s3://bucket/models/x"
+        )
+    staging = tempfile.mkdtemp(prefix="model-")
+    try:
+        storage.download_dir(model_uri, staging)
+        found = {rel: d for rel, d in local_file_digests(staging).items() if rel not in extra}
+        checkpoint = checkpoint_part(found) if builtin else found
+        if files_digest(checkpoint) != checkpoint_digest or model_digest(found) != digest:
+            raise PromotionError(
+                f"{what}: the files read from {model_uri} are not the ones its trial and its promotion wrote (their "
+                "content digest differs): storage was changed; refusing to hand them over"
+            )
+        for rel in extra:
+            if os.path.exists(os.path.join(staging, rel)):
+                os.remove(os.path.join(staging, rel))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if local_dir is None:
+        return staging
+    os.makedirs(local_dir, exist_ok=True)
+    shutil.copytree(staging, local_dir, dirs_exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return local_dir
+
+
+def load_model(uri: str, *, mlflow_conn_id: str = "mlflow_default", ray_conn_id: str = "ray_default") -> Any:
+    """``mlflow.pyfunc.load_model`` of the verified copy :func:`download_model` makes (kept in a temp dir, which a
+    loader may read lazily): a ``PyFuncModel``, whose ``predict`` serves.
+
+    :param uri: as for :func:`download_model`.
+    :param mlflow_conn_id: the MLflow tracking server's connection, for a ``models:/`` URI.
+    :param ray_conn_id: the Ray cluster that ran the version's experiment.
+    """
+    import mlflow.pyfunc
+
+    return mlflow.pyfunc.load_model(download_model(uri, mlflow_conn_id=mlflow_conn_id, ray_conn_id=ray_conn_id))

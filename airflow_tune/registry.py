@@ -123,6 +123,15 @@ def champion_checkpoint(registry_uri: str, *, ray_conn_id: str = "ray_default", 
     :param s3: an S3 client (boto3's own credential chain by default).
     """
 
+    champion, where = proven_champion(registry_uri, ray_conn_id=ray_conn_id, s3=s3)
+    return str(champion["uri"]), str(champion["checkpoint_digest"])
+
+
+def proven_champion(
+    registry_uri: str, *, ray_conn_id: str = "ray_default", s3: Any = None
+) -> tuple[dict[str, Any], str]:
+    """The champion pointer of the S3 registry, its checkpoint proven by its experiment's Ray job (see
+    :func:`champion_checkpoint`), and a description of it for messages."""
     champion = read_champion(registry_uri, s3)
     if champion is None:
         raise RegistryError(f"no champion in {registry_uri}: nothing to load")
@@ -134,7 +143,31 @@ def champion_checkpoint(registry_uri: str, *, ray_conn_id: str = "ray_default", 
     if not str(copy).startswith(registry_uri.rstrip("/") + "/"):
         raise PromotionError(f"{where} names a checkpoint outside its registry: refusing to load it")
     prove_checkpoint(where, str(experiment_uri), str(source), str(digest), ray_conn_id=ray_conn_id)
-    return str(copy), str(digest)
+    return champion, where
+
+
+def champion_model(registry_uri: str, *, ray_conn_id: str = "ray_default", s3: Any = None) -> tuple[str, str, str, str]:
+    """The champion's MLflow Model in the S3 registry (the version's folder, promoted with ``model_loader``), its
+    checkpoint proven as :func:`champion_checkpoint` proves it: ``(model folder, digest of all its files but
+    model.json, checkpoint digest, description)``. :func:`airflow_tune.checkpoints.download_model` verifies them.
+
+    :param registry_uri: ``s3://bucket/models/<name>``.
+    :param ray_conn_id: the Ray cluster that ran the champion's experiment.
+    :param s3: an S3 client (boto3's own credential chain by default).
+    """
+    champion, where = proven_champion(registry_uri, ray_conn_id=ray_conn_id, s3=s3)
+    copy, model_uri, model_digest = (
+        str(champion["uri"]),
+        champion.get("mlflow_model_uri"),
+        champion.get("mlflow_model_digest"),
+    )
+    if not model_uri or not isinstance(model_digest, str):
+        raise PromotionError(
+            f"{where} is a bare checkpoint, not an MLflow Model: promote with model_loader= to load it with MLflow"
+        )
+    if model_uri not in (copy, copy.rsplit("/", 1)[0]):
+        raise PromotionError(f"{where} names an MLflow Model outside its version's folder: refusing to load it")
+    return str(model_uri), model_digest, str(champion["checkpoint_digest"]), where
 
 
 def prove_checkpoint(

@@ -33,6 +33,9 @@ MODELS_PREFIX = "models:/"
 CHAMPION_ALIAS = "champion"
 TAG = "airflow_tune."
 VERSION_TAG = TAG + "version"
+#: What a version is (``pyfunc``: an MLflow Model built around the checkpoint; ``checkpoint``: the checkpoint is one;
+#: absent: a bare checkpoint), the MLflow Model's folder and the digest of all its files.
+MODEL_TAG, MODEL_URI_TAG, MODEL_DIGEST_TAG = TAG + "model", TAG + "model_uri", TAG + "model_digest"
 READY_TIMEOUT_S = 300.0
 # Version names go into a search filter between quotes: only characters that cannot end or escape the string.
 _FILTER_SAFE = re.compile(r"^[A-Za-z0-9_.:+-]+$")
@@ -243,28 +246,92 @@ def champion_config(hook: MLflowHook, uri: str) -> dict[str, Any] | None:
     return config
 
 
-def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) -> tuple[str, str]:
-    """The checkpoint a version names and the content digest its files must have, when the version's experiment
-    proves it: tags are written by whoever may write the registry, so they are believed only as far as the Ray job
-    of the experiment they name vouches for them (:func:`airflow_tune.registry.prove_checkpoint`)."""
+def model_folder_uri(experiment_uri: str, version_name: str) -> str:
+    """Where a ``models:/`` promotion writes the MLflow Model of the version ``version_name``: in its experiment's
+    manifest folder, so the version's source lies inside the experiment its tags name."""
+    from airflow_tune.contract import MANIFEST_DIR, join_uri
+    from airflow_tune.mlflow_model import MODELS_DIR
+
+    return join_uri(experiment_uri, MANIFEST_DIR, MODELS_DIR, version_name)
+
+
+class ProvenVersion:
+    """A registry version proven by its experiment: what to download and which digests its files must have.
+
+    :param checkpoint_uri: where the checkpoint's files are read from (inside the MLflow Model for ``pyfunc``).
+    :param checkpoint_digest: their content digest, as the experiment's sealed result records it.
+    :param model_kind: ``pyfunc``, ``checkpoint`` or None (a bare checkpoint).
+    :param model_uri: the MLflow Model's folder (the version's source), or None.
+    :param model_digest: the digest of all its files, as the promotion recorded it.
+    :param what: the version, for messages.
+    """
+
+    def __init__(
+        self,
+        checkpoint_uri: str,
+        checkpoint_digest: str,
+        model_kind: str | None,
+        model_uri: str | None,
+        model_digest: str | None,
+        what: str,
+    ) -> None:
+        self.checkpoint_uri, self.checkpoint_digest = checkpoint_uri, checkpoint_digest
+        self.model_kind, self.model_uri, self.model_digest, self.what = model_kind, model_uri, model_digest, what
+
+
+def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, what: str) -> ProvenVersion:
+    """A version's checkpoint and MLflow Model, when the version's experiment proves the checkpoint: tags are
+    written by whoever may write the registry, so the checkpoint is believed only as far as the Ray job of the
+    experiment they name vouches for it (:func:`airflow_tune.registry.prove_checkpoint`); an MLflow Model built
+    around it must lie where the promotion writes it, and its other files are believed by the digest the registry
+    records (registry write access is what guards the loader's code)."""
+    from airflow_tune.mlflow_model import CHECKPOINT_ARTIFACT
     from airflow_tune.registry import prove_checkpoint
 
     tags = tags_of(version)
     where = f"version {version.version} of model {registry.name!r}"
     source, digest = version.source, tags.get(TAG + "checkpoint_digest")
+    checkpoint, kind = tags.get(TAG + "checkpoint_uri"), tags.get(MODEL_TAG) or None
     experiment_uri = tags.get(TAG + "experiment_uri")
-    if tags.get(TAG + "checkpoint_uri") != source or not digest or not experiment_uri:
+    if kind == "pyfunc":
+        expected = (
+            model_folder_uri(experiment_uri, tags.get(VERSION_TAG) or "")
+            if experiment_uri and tags.get(VERSION_TAG)
+            else None
+        )
+        if source != expected or tags.get(MODEL_URI_TAG) != source or not tags.get(MODEL_DIGEST_TAG):
+            raise PromotionError(
+                f"{where}: its source {str(source)[:300]!r} is not the MLflow Model folder a promotion of its "
+                "experiment writes, or it has no model digest: refusing to load it"
+            )
+    elif checkpoint != source or kind not in (None, "checkpoint"):
+        checkpoint = None
+    if not checkpoint or not digest or not experiment_uri:
         raise PromotionError(
             f"{where} was not registered by airflow-tune (its source {str(source)[:300]!r} does not match its "
             f"{TAG}checkpoint_uri tag, or it has no digest or experiment): refusing to load it"
         )
-    prove_checkpoint(where, experiment_uri, source, digest, ray_conn_id=ray_conn_id, dag_id=tags.get(TAG + "dag_id"))
-    return str(source), str(digest)
+    prove_checkpoint(
+        where, experiment_uri, checkpoint, digest, ray_conn_id=ray_conn_id, dag_id=tags.get(TAG + "dag_id")
+    )
+    if kind == "pyfunc":
+        return ProvenVersion(
+            f"{source}/{CHECKPOINT_ARTIFACT}", str(digest), kind, str(source), tags[MODEL_DIGEST_TAG], what
+        )
+    model_uri = str(source) if kind == "checkpoint" else None
+    return ProvenVersion(str(source), str(digest), kind, model_uri, str(digest) if model_uri else None, what)
 
 
-def resolve_checkpoint(uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_default") -> tuple[str, str, str]:
-    """The checkpoint ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, proven (see
-    :func:`verified_source`): ``(source, content digest, which version)``. The caller verifies the bytes it reads."""
+def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) -> tuple[str, str]:
+    """The checkpoint a version names (where its files are read) and the content digest they must have, proven by
+    the version's experiment (:func:`proven_version`)."""
+    proven = proven_version(registry, version, ray_conn_id, "")
+    return proven.checkpoint_uri, proven.checkpoint_digest
+
+
+def resolve_version(uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_default") -> ProvenVersion:
+    """The version ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, proven (see
+    :func:`proven_version`). The caller verifies the bytes it reads."""
     from airflow_tune.hooks.mlflow import MLflowHook
 
     name, alias, number = parse_model_uri(uri)
@@ -272,5 +339,12 @@ def resolve_checkpoint(uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_de
         version = registry.version_by_alias(alias) if alias else registry.get_version(str(number))
         if version is None:
             raise MLflowError(f"{uri}: no such model version in the MLflow registry {registry.server}")
-        source, digest = verified_source(registry, version, ray_conn_id)
-    return source, digest, f"{uri} (version {version.version} of model {name!r})"
+        return proven_version(registry, version, ray_conn_id, f"{uri} (version {version.version} of model {name!r})")
+
+
+def resolve_checkpoint(uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_default") -> tuple[str, str, str]:
+    """The checkpoint ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, proven (see
+    :func:`proven_version`): ``(where its files are, content digest, which version)``. The caller verifies the
+    bytes it reads."""
+    proven = resolve_version(uri, mlflow_conn_id, ray_conn_id)
+    return proven.checkpoint_uri, proven.checkpoint_digest, proven.what

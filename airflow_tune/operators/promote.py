@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_tune import jsonsafe, promote_written, registry_owner
+from airflow_tune import jsonsafe, mlflow_model, promote_written, registry_owner
 from airflow_tune.compat import SkipMixin
 from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import PromotionError
@@ -77,6 +77,18 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
     :param ray_conn_id: the Ray cluster that ran the experiment: ``result`` is data (an XCom, a template), so the
         experiment's ``result.json`` is read again and promoted only when the Ray job it names vouches for its bytes
         in its log (see :mod:`airflow_tune.provenance`).
+    :param model_loader: makes the promoted version an MLflow Model that ``mlflow.pyfunc.load_model`` and ``mlflow
+        models serve`` load (:mod:`airflow_tune.mlflow_model`): a ``mlflow.pyfunc.PythonModel`` subclass (its
+        ``load_context`` reads ``context.artifacts["checkpoint"]``) or a function ``load(checkpoint_dir) -> model``
+        (the model's ``predict`` is served), as an object or an import path ``"package.module:name"``. Code: written
+        in the DAG file, never rendered. Without it a checkpoint that holds an MLflow Model (``MLmodel`` at its top)
+        is registered as it is, and any other is registered as a bare checkpoint that MLflow's clients cannot load
+        (the task log says so).
+    :param model_signature: the model's signature (a ``mlflow.models.ModelSignature`` or its ``to_dict()`` form);
+        by default the input example's inputs.
+    :param model_input_example: saved with the model (a list of rows of numbers is a 2-D float array).
+    :param model_requirements: the loader's pip requirements (e.g. ``["scikit-learn==1.9.1"]``), recorded beside
+        ``mlflow`` and ``cloudpickle``.
     """
 
     template_fields: Sequence[str] = ("result", "registry_uri", "threshold")
@@ -95,6 +107,10 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         mlflow_conn_id: str = "mlflow_default",
         ray_conn_id: str = "ray_default",
         registry_owner: str | None = None,
+        model_loader: Any = None,
+        model_signature: Any = None,
+        model_input_example: Any = None,
+        model_requirements: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("outlets", [registry_asset(registry_uri)] if "{{" not in registry_uri else [])
@@ -110,6 +126,22 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         self.mlflow_conn_id = mlflow_conn_id
         self.ray_conn_id = ray_conn_id
         self.registry_owner = registry_owner
+        # The loader is code: checked now (parse time, nothing imported), never a template field.
+        self.model_loader = model_loader
+        self.loader = mlflow_model.loader_spec(model_loader)
+        if isinstance(model_requirements, str) or not all(isinstance(r, str) for r in model_requirements):
+            raise TypeError(f"model_requirements = {model_requirements!r}: give a list of pip requirement strings")
+        if model_signature is not None and not isinstance(model_signature, dict):
+            if type(model_signature).__name__ != "ModelSignature":
+                raise TypeError(
+                    f"model_signature = {type(model_signature).__name__}: give a mlflow.models.ModelSignature or its "
+                    "to_dict() form"
+                )
+        if self.loader is None and (model_signature is not None or model_input_example is not None):
+            raise ValueError("model_signature and model_input_example describe the model model_loader builds: give one")
+        self.model_signature = model_signature
+        self.model_input_example = model_input_example
+        self.model_requirements = list(model_requirements)
         self.returned: dict[str, Any] | None = None  # the decision, for lineage
 
     # -- inputs -------------------------------------------------------------------------------------------------
@@ -197,6 +229,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
         promote_written.check_task(self)
+        self.check_loader_written()
         given, threshold = self._inputs()
         result = self.proven_result(given)
         if is_mlflow_uri(self.registry_uri):
@@ -236,13 +269,23 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         self.returned = out
         if not promoted:
             return self.not_promoted(context, out)
+        kind = self.model_kind(result, self.registry_uri)
 
         if version is None:
             raise PromotionError(f"no objects found under the checkpoint {source}")
         registry_owner.claim_s3(s3, self.registry_uri, self.owner_name)
         version_prefix = f"{prefix}/versions/{version}"
-        copied = self.copy_checkpoint(s3, str(source), bucket, f"{version_prefix}/checkpoint", objects=objects)
+        copied = self.copy_checkpoint(
+            s3, str(source), bucket, f"{version_prefix}/{mlflow_model.CHECKPOINT_ARTIFACT}", objects=objects
+        )
         model = self.model_card(context, result, version, copied)
+        mlflow_uri, mlflow_digest = None, None
+        if kind == "pyfunc":
+            # The version's folder is the MLflow Model: MLmodel and the loader beside the checkpoint's copy.
+            mlflow_uri, mlflow_digest = self.write_model(s3, result, bucket, version_prefix, version)
+        elif kind == "checkpoint":
+            mlflow_uri, mlflow_digest = f"s3://{bucket}/{version_prefix}/checkpoint", result.get(CHECKPOINT_DIGEST_KEY)
+        model["mlflow_model"] = {"kind": kind, "uri": mlflow_uri, "digest": mlflow_digest}
         s3.put_object(
             Bucket=bucket,
             Key=f"{version_prefix}/model.json",
@@ -262,6 +305,8 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
             "trial_id": result.get("best_trial_id"),
             "source_checkpoint_uri": source,
             "checkpoint_digest": result.get(CHECKPOINT_DIGEST_KEY),
+            "mlflow_model_uri": mlflow_uri,
+            "mlflow_model_digest": mlflow_digest,
             "promoted_at": model["promoted_at"],
         }
         # The pointer moves last: readers see the old champion or the complete new one.
@@ -272,11 +317,94 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
             ContentType="application/json",
         )
         self.log.info("Promoted %s as version %s (%d objects): %s", source, version, len(copied), reason)
-        out.update({"version": version, "uri": pointer["uri"], "model_uri": pointer["model_uri"]})
+        out.update(
+            {
+                "version": version,
+                "uri": pointer["uri"],
+                "model_uri": pointer["model_uri"],
+                "mlflow_model_uri": mlflow_uri,
+                "mlflow_model_digest": mlflow_digest,
+            }
+        )
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 context["outlet_events"][outlet].extra = {"version": version, "value": value, "metric": metric}
         return out
+
+    def check_loader_written(self) -> None:
+        """Refuse a ``model_loader`` that a mapped task got through ``expand()`` from an XCom: a loader is code."""
+        if self.loader is None:
+            return
+        from airflow_tune.code import arguments_mapped_from_data
+
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        if arguments_mapped_from_data(mapped_task, ["model_loader"]):
+            raise promote_written.PromotionTargetError(
+                "model_loader",
+                self.loader.source,
+                "it came from an XCom through expand(): a loader is code, written in the DAG file",
+                "Write model_loader in the DAG file (in partial(), or as the operator's argument)",
+            )
+
+    def model_kind(self, result: dict[str, Any], registry: str) -> str | None:
+        """What a promotion registers: ``"pyfunc"`` (an MLflow Model built around the checkpoint with
+        ``model_loader``), ``"checkpoint"`` (the checkpoint is an MLflow Model already: registered as it is) or None
+        (a bare checkpoint, which MLflow's clients cannot load: said in the task log)."""
+        if mlflow_model.holds_mlflow_model(result.get(CHECKPOINT_FILES_KEY)):
+            if self.loader is not None:
+                self.log.info(
+                    "The checkpoint holds an MLflow Model (MLmodel at its top): registering it as it is; "
+                    "model_loader %s is not used",
+                    self.loader.source,
+                )
+            return "checkpoint"
+        if self.loader is not None:
+            return "pyfunc"
+        self.log.warning(
+            "Registering the best checkpoint into %s as a bare Tune checkpoint: MLflow's clients "
+            "(mlflow.pyfunc.load_model, mlflow models serve, KServe/MLServer's MLflow runtimes) cannot load it (no "
+            "MLmodel); airflow_tune.checkpoints.download_checkpoint can. Give model_loader= (a "
+            "mlflow.pyfunc.PythonModel subclass or a load(checkpoint_dir) function) to register an MLflow Model",
+            registry,
+        )
+        return None
+
+    def write_model(self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str) -> tuple[str, str]:
+        """Build the MLflow Model's files around the checkpoint (:func:`airflow_tune.mlflow_model.build`) and put
+        them under ``s3://bucket/prefix``, where the checkpoint's objects are copied to ``checkpoint/``; returns
+        the model folder's URI and the digest of all its files."""
+        import os
+        import shutil
+        import tempfile
+
+        assert self.loader is not None
+        scratch = tempfile.mkdtemp(prefix="aft-promote-model-")
+        try:
+            folder = os.path.join(scratch, "model")
+            try:
+                written = mlflow_model.build(
+                    folder,
+                    self.loader,
+                    checkpoint_uri=str(result.get("best_checkpoint_uri")),
+                    requirements=self.model_requirements,
+                    signature=self.model_signature,
+                    input_example=self.model_input_example,
+                    metadata={
+                        "airflow_tune.version": version,
+                        "airflow_tune.experiment": str(result.get("experiment")),
+                    },
+                )
+            except ImportError as exc:
+                raise PromotionError(
+                    f"model_loader needs MLflow on this worker (pip install 'airflow-tune[mlflow]'): {exc}"
+                ) from exc
+            mlflow_model.upload(s3, folder, bucket, prefix)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        files = mlflow_model.model_files(written, result.get(CHECKPOINT_FILES_KEY) or {})
+        digest = mlflow_model.model_digest(files)
+        self.log.info("Wrote the MLflow Model s3://%s/%s (loader %s): %s", bucket, prefix, self.loader.source, digest)
+        return f"s3://{bucket}/{prefix}", digest
 
     def not_promoted(self, context: Context, out: dict[str, Any]) -> dict[str, Any]:
         """Return the decision of a winner held back: no registry change, so no Asset event for the deploy DAGs;

@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Any
 from airflow_tune import registry_owner
 from airflow_tune.exceptions import PromotionError
 
+#: The version tag of the checkpoint's content digest.
+TAG_DIGEST = "airflow_tune.checkpoint_digest"
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
@@ -50,6 +53,21 @@ class MLflowPromotion:
         @staticmethod
         def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]: ...
 
+        def copy_checkpoint(
+            self,
+            s3: Any,
+            source_uri: str,
+            bucket: str,
+            dest_prefix: str,
+            objects: Sequence[dict[str, Any]] | None = None,
+        ) -> list[dict[str, Any]]: ...
+
+        def model_kind(self, result: dict[str, Any], registry: str) -> str | None: ...
+
+        def write_model(
+            self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str
+        ) -> tuple[str, str]: ...
+
     def mlflow_hook(self) -> MLflowHook:
         from airflow_tune.hooks.mlflow import MLflowHook
 
@@ -69,6 +87,9 @@ class MLflowPromotion:
         from airflow_tune.registry import check_listing
         from airflow_tune.registry_mlflow import (
             CHAMPION_ALIAS,
+            MODEL_DIGEST_TAG,
+            MODEL_TAG,
+            MODEL_URI_TAG,
             MODELS_PREFIX,
             TAG,
             describe,
@@ -85,6 +106,7 @@ class MLflowPromotion:
         hook = self.mlflow_hook()
         hook.preflight()
         version_name = digest = None
+        objects: list[dict[str, Any]] = []
         if source:
             # Listed before the gate: the version is named from the checkpoint itself, so a retry finds it again.
             objects = self.list_checkpoint(self.s3_client(), str(source))
@@ -152,19 +174,24 @@ class MLflowPromotion:
                 run_id = result.get("mlflow", {}).get("best_run_id") if isinstance(result.get("mlflow"), dict) else None
                 assert version_name is not None and digest is not None
                 tags = version_tags(result, context, version_name, digest, str(source))
-                version = registry.create_version(str(source), run_id, tags)
+                model_source = self.mlflow_model_source(result, version_name, objects, tags)
+                version = registry.create_version(model_source, run_id, tags)
             version = registry.wait_ready(version)
             if not already:
                 # The alias moves last: a deploy reading models:/<name>@champion sees the old or the new, complete one.
                 registry.set_alias(CHAMPION_ALIAS, str(version.version))
 
         number = str(version.version)
+        made = tags_of(version)
         out.update(
             {
                 "version": number,
                 "uri": str(source),
                 "model_uri": f"{MODELS_PREFIX}{name}/{number}",
                 "model_version_url": hook.model_version_url(name, number),
+                "mlflow_model": made.get(MODEL_TAG) or None,
+                "mlflow_model_uri": made.get(MODEL_URI_TAG),
+                "mlflow_model_digest": made.get(MODEL_DIGEST_TAG),
             }
         )
         self.log.info("Promoted %s as version %s of MLflow model %r: %s", source, number, name, reason)
@@ -177,3 +204,25 @@ class MLflowPromotion:
                     "model_uri": out["model_uri"],
                 }
         return out
+
+    def mlflow_model_source(
+        self, result: dict[str, Any], version_name: str, objects: Sequence[dict[str, Any]], tags: dict[str, str]
+    ) -> str:
+        """The new version's source, and its model tags (``tags`` updated): an MLflow Model built with the loader in
+        the experiment's ``.airflow_tune/models/<version name>/`` (the checkpoint's objects copied server-side to
+        its ``checkpoint/``), the checkpoint itself when it is an MLflow Model already, or the bare checkpoint."""
+        from airflow_tune.registry import split_s3_uri
+        from airflow_tune.registry_mlflow import MODEL_DIGEST_TAG, MODEL_TAG, MODEL_URI_TAG, model_folder_uri
+
+        source = str(result["best_checkpoint_uri"])
+        kind = self.model_kind(result, self.registry_uri)
+        if kind == "pyfunc":
+            s3 = self.s3_client()
+            bucket, prefix = split_s3_uri(model_folder_uri(str(result["experiment_uri"]), version_name))
+            self.copy_checkpoint(s3, source, bucket, f"{prefix}/checkpoint", objects=objects)
+            uri, model_digest = self.write_model(s3, result, bucket, prefix, version_name)
+            tags.update({MODEL_TAG: "pyfunc", MODEL_URI_TAG: uri, MODEL_DIGEST_TAG: model_digest})
+            return uri
+        if kind == "checkpoint":
+            tags.update({MODEL_TAG: "checkpoint", MODEL_URI_TAG: source, MODEL_DIGEST_TAG: tags[TAG_DIGEST]})
+        return source

@@ -1,0 +1,46 @@
+"""DAGs for the MLflow Model tests: a stand-in ``tune`` task hands the run's conf ``result`` to the real
+PromoteCheckpointOperator with a model loader written in this file, a function Airflow's loader (and the tests')
+imports under a module name no other process can import, so it travels by value; into MLflow's Model Registry and
+into an S3 registry."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+from airflow.sdk import DAG, get_current_context, task
+
+from airflow_tune.operators.promote import PromoteCheckpointOperator
+
+PYFUNC_REGISTRY = "models:/aft-e2e-pyfunc"
+PYFUNC_S3_REGISTRY = "s3://airflow-tune/models/aft-e2e-pyfunc"
+INPUT_EXAMPLE = [[0.0] * 64]
+
+
+def load_classifier(checkpoint_dir):
+    """The checkpoint's scikit-learn model: MLflow serves its ``predict``."""
+    with open(os.path.join(checkpoint_dir, "model.pkl"), "rb") as fh:
+        return pickle.load(fh)["model"]
+
+
+def promote_dag(dag_id: str, registry: str) -> DAG:
+    with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
+
+        @task
+        def tune() -> dict:
+            return dict(get_current_context()["dag_run"].conf["result"])
+
+        PromoteCheckpointOperator(
+            task_id="promote",
+            result=tune(),
+            registry_uri=registry,
+            gate="always",
+            model_loader=load_classifier,
+            model_input_example=INPUT_EXAMPLE,
+            model_requirements=["scikit-learn"],
+        )
+    return dag
+
+
+pyfunc_mlflow = promote_dag("aft_pyfunc_mlflow", PYFUNC_REGISTRY)
+pyfunc_s3 = promote_dag("aft_pyfunc_s3", PYFUNC_S3_REGISTRY)

@@ -1,0 +1,133 @@
+"""The MLflow Model a promotion builds (issue 34), its parts that are pure logic: what ``model_loader`` accepts at
+parse time (code written in the DAG file, nothing imported), the model folder's files and digests, and which
+registry versions the deploy helpers believe to be one of ours."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_tune import mlflow_model
+from airflow_tune.exceptions import PromotionError
+from airflow_tune.provenance import files_digest
+
+
+def load(checkpoint_dir):  # a loader function
+    return checkpoint_dir
+
+
+def test_a_loader_is_a_python_model_subclass_a_function_or_an_import_path():
+    import mlflow.pyfunc
+
+    class Model(mlflow.pyfunc.PythonModel):
+        pass
+
+    assert mlflow_model.loader_spec(None) is None
+    assert mlflow_model.loader_spec(Model).value is Model
+    assert mlflow_model.loader_spec(load).source == f"{__name__}:load"
+    assert mlflow_model.loader_spec("pkg.mod:Model").source == "pkg.mod:Model"
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        ("{{ params.loader }}", ValueError, "not a template field"),
+        ("pkg.mod:{{ x }}", ValueError, "not a template field"),
+        ("os.system", ValueError, "import path"),
+        (object(), TypeError, "give a mlflow.pyfunc.PythonModel subclass"),
+        (dict, TypeError, "must subclass mlflow.pyfunc.PythonModel"),
+        (42, TypeError, "int object"),
+    ],
+)
+def test_a_loader_that_is_not_code_written_in_the_dag_file_is_refused_at_parse(value, error, words):
+    with pytest.raises(error, match=words):
+        mlflow_model.loader_spec(value)
+
+
+def test_the_operator_checks_its_model_arguments_when_built():
+    from airflow_tune.operators.promote import PromoteCheckpointOperator
+
+    def build(**kwargs):
+        return PromoteCheckpointOperator(task_id="p", result={}, registry_uri="models:/m", **kwargs)
+
+    assert build(model_loader=load).loader.value is load
+    with pytest.raises(ValueError, match="give one"):
+        build(model_input_example=[[1.0]])
+    with pytest.raises(TypeError, match="model_requirements"):
+        build(model_loader=load, model_requirements="scikit-learn")
+    with pytest.raises(TypeError, match="model_signature"):
+        build(model_loader=load, model_signature="inputs")
+    with pytest.raises(ValueError, match="not a template field"):
+        build(model_loader="{{ params.loader }}")
+
+
+def test_building_the_operator_with_a_loader_imports_no_mlflow():
+    code = (
+        "import sys\n"
+        "from airflow_tune.operators.promote import PromoteCheckpointOperator\n"
+        "PromoteCheckpointOperator(task_id='p', result={}, registry_uri='models:/m', model_loader='pkg.mod:Model',"
+        " model_input_example=[[0.0] * 4], model_requirements=['scikit-learn'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlflow', 'ray', 'boto3', 'cloudpickle')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_the_model_folder_s_files_are_the_written_ones_and_the_checkpoint_s_under_checkpoint():
+    written = {"MLmodel": "sha256:a", "python_model.pkl": "sha256:b"}
+    checkpoint = {"model.pkl": "sha256:c", "sub/x.bin": "sha256:d"}
+    files = mlflow_model.model_files(written, checkpoint)
+    assert files == {**written, "checkpoint/model.pkl": "sha256:c", "checkpoint/sub/x.bin": "sha256:d"}
+    assert mlflow_model.checkpoint_part(files) == checkpoint
+    assert mlflow_model.model_digest(files) == files_digest(files) != files_digest(checkpoint)
+    assert mlflow_model.holds_mlflow_model({"MLmodel": "x", "model.pkl": "y"})
+    assert not mlflow_model.holds_mlflow_model({"sub/MLmodel": "x"}) and not mlflow_model.holds_mlflow_model(None)
+
+
+def test_a_list_of_rows_of_numbers_is_a_2d_array_example_and_anything_else_is_as_given():
+    import numpy as np
+
+    example = mlflow_model.example_value([[0, 1.5], [2, 3]])
+    assert isinstance(example, np.ndarray) and example.shape == (2, 2) and example.dtype == float
+    records = [{"a": 1.0}]
+    assert mlflow_model.example_value(records) is records
+    assert mlflow_model.example_value([[True, False]]) == [[True, False]]
+
+
+def _version(source: str, **tags: str) -> SimpleNamespace:
+    return SimpleNamespace(version="3", source=source, tags={f"airflow_tune.{k}": v for k, v in tags.items()})
+
+
+@pytest.mark.parametrize(
+    ("source", "tags"),
+    [
+        # an MLflow Model folder anywhere but where its experiment's promotion writes it
+        (
+            "s3://b/elsewhere/m",
+            {"model": "pyfunc", "model_uri": "s3://b/elsewhere/m", "model_digest": "sha256:x", "version": "v1"},
+        ),
+        # the right folder, without the digest of its files
+        ("s3://b/exp/.airflow_tune/models/v1", {"model": "pyfunc", "model_uri": "s3://b/exp/.airflow_tune/models/v1"}),
+        # a source that is neither the checkpoint nor a model of ours
+        ("s3://b/exp/other", {"model": "checkpoint"}),
+    ],
+)
+def test_a_version_whose_model_is_not_where_its_promotion_writes_it_is_refused_before_any_read(source, tags):
+    from airflow_tune.registry_mlflow import proven_version
+
+    tags = {"checkpoint_uri": "s3://b/exp/t/checkpoint_1", "checkpoint_digest": "sha256:c", **tags}
+    version = _version(source, experiment_uri="s3://b/exp", **tags)
+    registry = SimpleNamespace(name="m")
+    with pytest.raises(PromotionError, match="refusing to load it"):
+        proven_version(registry, version, "ray_default", "models:/m@champion")  # type: ignore[arg-type]
+
+
+def test_the_folder_of_a_models_registry_version_is_in_its_experiment_s_manifest_folder():
+    from airflow_tune.registry_mlflow import model_folder_uri
+
+    assert (
+        model_folder_uri("s3://b/exp/", "20260101T000000Z-t1") == "s3://b/exp/.airflow_tune/models/20260101T000000Z-t1"
+    )
