@@ -22,6 +22,12 @@ REGISTRY_OWNER = "digits"
 # With MLflow's registry, the trials are tracked on the same server (a run per trial under a parent run per DAG run),
 # and the promoted version links to the best trial's run.
 TRACK_IN_MLFLOW = REGISTRY_URI.startswith("models:/")
+# What a promotion registers: an MLflow Model whose python_function loads the checkpoint's scikit-learn model
+# (named by import path: the digits_tuning package travels in the model's code/ folder), a row of 64 pixels as its
+# input example (a tensor signature: serve it {"inputs": [[...64 floats...]]}), and what it needs to run.
+MODEL_LOADER = "digits_tuning.pyfunc:DigitsClassifier"
+INPUT_EXAMPLE = [[0.0] * 64]
+MODEL_REQUIREMENTS = ["scikit-learn==1.9.1", "numpy"]
 # The trainables travel with each Ray job; a cluster without scikit-learn also needs pip=["scikit-learn"].
 SHIP_TRAINABLES = {"py_modules": [PACKAGE_DIR]}
 
@@ -35,3 +41,9 @@ def champion_checkpoint() -> tuple[str, str | None]:
     from airflow_tune.registry import champion_checkpoint as proven_champion
 
     return proven_champion(REGISTRY_URI)
+
+
+def champion_uri() -> str:
+    """What a deploy loads as an MLflow Model: ``models:/<name>@champion`` in MLflow, or the S3 registry itself (its
+    champion); airflow_tune.checkpoints.download_model resolves, proves and verifies either."""
+    return f"{REGISTRY_URI}@champion" if REGISTRY_URI.startswith("models:/") else REGISTRY_URI

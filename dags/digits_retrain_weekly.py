@@ -2,6 +2,8 @@
 beats the deployed champion, then deploy it and smoke-test it on held-out data.
 
 Warm start: the search tries the current champion's config first, so next week's run starts from this week's best.
+The promoted version is an MLflow Model (``digits_tuning.pyfunc.DigitsClassifier`` around the checkpoint), so
+``mlflow.pyfunc.load_model("models:/digits@champion")`` and ``mlflow models serve -m models:/digits@champion`` load it.
 The registry is MLflow's (``models:/digits``, through the ``mlflow_default`` connection) unless
 AIRFLOW_TUNE_REGISTRY_URI names another; the winner becomes a model version and the ``champion`` alias moves to it.
 With MLflow, each trial is also an MLflow run (experiment ``airflow-tune/digits_retrain_weekly/tune``, a parent run per
@@ -13,12 +15,14 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, task
 from digits_common import (
+    INPUT_EXAMPLE,
+    MODEL_LOADER,
+    MODEL_REQUIREMENTS,
     REGISTRY_OWNER,
     REGISTRY_URI,
     SHIP_TRAINABLES,
     STORAGE_URI,
     TRACK_IN_MLFLOW,
-    champion_checkpoint,
 )
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
@@ -64,19 +68,29 @@ with DAG(
         registry_uri=REGISTRY_URI,
         registry_owner=REGISTRY_OWNER,  # both example DAGs promote into the digits registry
         gate="better_than_champion",
+        # The version becomes an MLflow Model around the checkpoint, which MLflow's clients load and serve.
+        model_loader=MODEL_LOADER,
+        model_input_example=INPUT_EXAMPLE,
+        model_requirements=MODEL_REQUIREMENTS,
     )
 
     @task
     def deploy_and_smoke_test(decision: dict) -> dict:
-        """Load the promoted model from the registry (``models:/digits/<version>`` in MLflow) and score it on the
-        held-out test set."""
-        from digits_tuning.serve import holdout_score, load_model
+        """Load the promoted model as MLflow's clients do (``mlflow.pyfunc.load_model("models:/digits/<version>")``
+        with MLflow's registry; the champion's verified MLflow Model with an S3 registry) and score it on the held-out
+        test set."""
+        import mlflow.pyfunc
+        from digits_tuning.serve import holdout_accuracy
+
+        from airflow_tune.checkpoints import download_model
 
         if decision["model_uri"].startswith("models:/"):
-            model_uri, digest = decision["model_uri"], None  # proven and verified through the registry's experiment
+            # MLflow's own client, as a serving image or KServe's MLflow runtime loads it (it verifies nothing: the
+            # deploy DAG loads a copy download_model verified).
+            model = mlflow.pyfunc.load_model(decision["model_uri"])
         else:
-            model_uri, digest = champion_checkpoint()
-        score = holdout_score(load_model(model_uri, digest))
+            model = mlflow.pyfunc.load_model(download_model(REGISTRY_URI))
+        score = holdout_accuracy(model)
         if score < 0.8:
             raise ValueError(f"the promoted model scores {score:.3f} on held-out data, below the 0.8 floor")
         print(f"[airflow-tune] deployed version {decision['version']}: held-out accuracy {score:.4f}")

@@ -9,7 +9,15 @@ the operator refuses anything Ray Tune would run as code and any import path the
 from __future__ import annotations
 
 from airflow.sdk import DAG, Param, task
-from digits_common import REGISTRY_OWNER, REGISTRY_URI, SHIP_TRAINABLES, STORAGE_URI
+from digits_common import (
+    INPUT_EXAMPLE,
+    MODEL_LOADER,
+    MODEL_REQUIREMENTS,
+    REGISTRY_OWNER,
+    REGISTRY_URI,
+    SHIP_TRAINABLES,
+    STORAGE_URI,
+)
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
@@ -65,5 +73,8 @@ with DAG(
         registry_uri=REGISTRY_URI,
         registry_owner=REGISTRY_OWNER,  # both example DAGs promote into the digits registry
         gate="better_than_champion",
+        model_loader=MODEL_LOADER,  # an MLflow Model, as the retraining DAG promotes (the deploy DAG loads it)
+        model_input_example=INPUT_EXAMPLE,
+        model_requirements=MODEL_REQUIREMENTS,
     )
     tune >> promotion_requested() >> promote

@@ -21,6 +21,17 @@ def load_model(checkpoint_uri: str, expected_digest: str | None = None) -> Any:
             return pickle.load(fh)["model"]
 
 
+def holdout_accuracy(model: Any) -> float:
+    """The held-out accuracy of anything with ``predict`` over rows of pixels: an MLflow ``PyFuncModel`` (from
+    ``mlflow.pyfunc.load_model``) or the scikit-learn model itself."""
+    import numpy as np
+
+    from digits_tuning.data import splits
+
+    x_test, y_test = splits()["test"]
+    return float(np.mean(np.asarray(model.predict(x_test)) == y_test))
+
+
 def holdout_score(model: Any) -> float:
     from digits_tuning.data import splits
 

@@ -157,13 +157,16 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     assert set(node_of.values()) == set(state.worker_node_ids), (node_of, state.worker_node_ids)
     assert "node_id" not in result["best_metrics"]
 
-    # Promoted into MLflow: version 1 of models:/digits, its source the best checkpoint, the alias on it.
+    # Promoted into MLflow: version 1 of models:/digits, its source the MLflow Model around the best checkpoint, the
+    # alias on it.
     decision = run.xcom("promote")
     assert decision["promoted"] is True and decision["version"] == "1", decision
     assert decision["model_uri"] == "models:/digits/1" and decision["uri"] == result["best_checkpoint_uri"]
+    assert decision["mlflow_model"] == "pyfunc", decision
     rest = MlflowRest(str(state.mlflow_url))
     alias = rest.get("registered-models/alias", name="digits", alias="champion")["model_version"]
-    assert alias["version"] == "1" and alias["source"] == result["best_checkpoint_uri"]
+    assert alias["version"] == "1" and alias["source"] == decision["mlflow_model_uri"]
+    assert alias["source"].startswith(result["experiment_uri"] + "/.airflow_tune/models/")
     # The trials were tracked on the same server (the examples track when the registry is MLflow's): a run per trial
     # under the DAG run's parent run, and the version names the best trial's run.
     tracking = result["mlflow"]
@@ -174,7 +177,7 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     deployed = run.xcom("deploy_and_smoke_test")
     assert deployed["version"] == decision["version"] and deployed["holdout_accuracy"] >= 0.8
 
-    # The deploy DAG loads models:/digits@champion (verified against the version's tags) and serves it.
+    # The deploy DAG loads models:/digits@champion (verified, then by MLflow's pyfunc loader) and serves it.
     deploy = run_dag(importlib.import_module("digits_deploy_on_promotion").dag)
     assert deploy.state == "success", (deploy.task_states(), deploy.errors("deploy_champion"))
     served = deploy.xcom("deploy_champion")
