@@ -104,16 +104,29 @@ def digest_of(data: bytes) -> str:
 #: The entrypoint's licence to restore: the earlier job of the same experiment that wrote the Tune state
 #: (``tuner.pkl``, which ``Tuner.restore`` unpickles). Without it the engine never restores.
 RESTORE_AFTER = "--restore-after"
+#: With it, the state files the submitter proved (``{file name: digest}``, JSON): the engine restores only those.
+RESTORE_STATE = "--restore-state"
 
 
-def engine_command(spec_uri: str, spec_digest: str, *, restore_after: str | None = None) -> str:
+def engine_command(
+    spec_uri: str,
+    spec_digest: str,
+    *,
+    restore_after: str | None = None,
+    restore_state: Mapping[str, str] | None = None,
+) -> str:
     """The job's entrypoint: the engine, reading its spec from ``spec_uri`` and running it only if its bytes have
     ``spec_digest``; restoring the experiment's saved Tune state only when ``restore_after`` names the earlier job of
-    this experiment that the submitter knows wrote it."""
+    this experiment that the submitter knows wrote it, and only the files ``restore_state`` names, with those bytes."""
+    import json
     import shlex
 
     command = f"{ENGINE_ENTRYPOINT} --spec {shlex.quote(spec_uri)} --spec-digest {shlex.quote(spec_digest)}"
-    return command + (f" {RESTORE_AFTER} {shlex.quote(restore_after)}" if restore_after else "")
+    if restore_after:
+        command += f" {RESTORE_AFTER} {shlex.quote(restore_after)}"
+        state = json.dumps(dict(restore_state or {}), sort_keys=True, separators=(",", ":"))
+        command += f" {RESTORE_STATE} {shlex.quote(state)}"
+    return command
 
 
 def owner_differs(recorded: Any, owner: Mapping[str, Any] | None, *, same_dag_only: bool = False) -> bool:

@@ -88,3 +88,41 @@ def verify_files(expected: Any, found: Mapping[str, str], what: str) -> None:
         raise ValueError(f"{what}: no content digests were recorded for it, so its bytes cannot be verified")
     if dict(expected) != dict(found):
         raise ValueError(f"{what}: its files are not the ones the trial wrote ({differences(expected, found)})")
+
+
+# -- Tune's own state: what a restore unpickles and decodes ---------------------------------------------------------
+
+#: The seal name of a file Tune keeps directly in the experiment folder (``tuner.pkl``, ``experiment_state-*.json``,
+#: the searcher's and callbacks' state): ``state/<file name>``.
+STATE = "state/"
+
+
+def state_seal_name(file_name: str) -> str:
+    return STATE + file_name
+
+
+def is_tune_state(file_name: str) -> bool:
+    """Whether a file directly in an experiment folder is one a restore must be proven for: every one but dot files
+    (Tune's ``.validate_storage_marker``, and the ``.<uuid>-tmp-...`` files of its atomic saves, which it never
+    reads back). Tune reads ``tuner.pkl`` and the newest of each ``*-state-<session>`` by name, so a file nobody
+    sealed is refused rather than left for Tune to pick."""
+    return bool(file_name) and not file_name.startswith(".") and "/" not in file_name
+
+
+def unproven_state(found: Mapping[str, str], logs: Iterable[str]) -> dict[str, str]:
+    """The state files among ``found`` (``{file name: digest}``) whose bytes no log of ``logs`` sealed, with why."""
+    sealed: dict[str, set[str]] = {}
+    for text in logs:
+        for line in text.splitlines():
+            if line.startswith(f"{LOG_MARK}{SEAL}{STATE}"):
+                name, _, digest = line[len(LOG_MARK + SEAL + STATE) :].strip().rpartition(" ")
+                sealed.setdefault(name, set()).add(digest)
+    out = {}
+    for name, digest in sorted(found.items()):
+        if not is_tune_state(name):
+            continue
+        if name not in sealed:
+            out[name] = "no job of this experiment wrote a file of that name"
+        elif digest not in sealed[name]:
+            out[name] = f"its bytes ({digest}) are none that this experiment's jobs wrote under that name"
+    return out

@@ -194,6 +194,43 @@ def restore_licence(spec: ExperimentSpec, found: FoundExperiment, remembered: st
     return None
 
 
+def restore_state_proof(
+    hook: RayHook, spec: ExperimentSpec, found: FoundExperiment, licence: str | None, log: Any = None
+) -> dict[str, str] | None:
+    """The Tune state files the next job may restore (``{file name: digest}``, passed in its entrypoint), or None
+    when there is nothing to restore; raise when one of them is not proven to be this experiment's.
+
+    Proven means: a job of this experiment in Ray's job list (owner-checked by :func:`find_experiment`) vouched for
+    exactly those bytes in its log (:mod:`airflow_tune.engine.state_seals`). A cluster that lost its job history
+    (the licence is this task's own record of an earlier try) keeps no logs: the files are then restored as found now
+    (the engine refuses them if they change before it reads them), and the task log says that nothing proves who
+    wrote them.
+    """
+    from airflow_tune.provenance import is_tune_state, unproven_state
+
+    if licence is None:
+        return None
+    state = {k: v for k, v in storage.file_digests(spec.experiment_uri, recursive=False).items() if is_tune_state(k)}
+    if not found.jobs:
+        if log is not None:
+            log.warning(
+                "Restoring the Tune state at %s that job %s saved: the cluster no longer knows that job (a new "
+                "head), so its log cannot prove these files are the ones it wrote",
+                spec.experiment_uri,
+                licence,
+            )
+        return state
+    unproven = unproven_state(state, (hook.get_job_logs(str(job["submission_id"])) for job in found.jobs))
+    if unproven:
+        shown = "; ".join(f"{name[:200]}: {why}" for name, why in list(unproven.items())[:5])
+        raise ExperimentStorageError(
+            f"the Tune state at {spec.experiment_uri} is not all this experiment's ({shown}): refusing to restore "
+            "it, since restoring unpickles it. Something other than this experiment's jobs writes that folder: give "
+            "this task another experiment_name (or storage_path), or remove the folder to start again"
+        )
+    return state
+
+
 def write_job_spec(spec: ExperimentSpec, job_id: str) -> tuple[str, str]:
     """Write the job's spec beside the experiment; return its URI and the digest of its bytes.
 

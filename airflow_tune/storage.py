@@ -245,15 +245,15 @@ def download_dir(uri: str, local_dir: str) -> str:
     return local_dir
 
 
-def file_digests(uri: str) -> dict[str, str]:
+def file_digests(uri: str, *, recursive: bool = True) -> dict[str, str]:
     """``{relative path: "sha256:<hex>"}`` of every file below ``uri`` (pyarrow's 0-byte folder markers left out),
-    each streamed once."""
+    each streamed once; with ``recursive=False``, of the files directly in it."""
     import pyarrow.fs
 
     from airflow_tune.provenance import CHUNK, digest_stream
 
     fs, path = resolve(uri)
-    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=True, allow_not_found=True))
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=recursive, allow_not_found=True))
     out: dict[str, str] = {}
     for info in infos:
         if info.type != pyarrow.fs.FileType.File:

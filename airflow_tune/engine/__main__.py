@@ -29,6 +29,7 @@ from airflow_tune.contract import (
     JOB_ID_ENV,
     LOG_MARK,
     RESTORE_AFTER,
+    RESTORE_STATE,
     RESULT_FILE,
     SPEC_ENV,
     SPEC_FILE,
@@ -153,7 +154,7 @@ def refuse_unlicensed_restore(spec: ExperimentSpec, restore_after: str | None) -
     )
 
 
-def run(spec: ExperimentSpec, *, restore_after: str | None = None) -> int:
+def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state: str | None = None) -> int:
     import ray
 
     from airflow_tune.engine import compat
@@ -163,6 +164,7 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None) -> int:
     from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
     from airflow_tune.engine.progress import ProgressCallback, bounded_result, build_result_manifest
     from airflow_tune.engine.sealing import record_checkpoint_digests, write_sealed
+    from airflow_tune.engine.state_seals import StateSealer, parse_restore_state, seal_tune_state
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
     check_spec_unchanged(spec)
@@ -174,6 +176,7 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None) -> int:
         say(f"experiment {spec.name} already finished; result at {result_uri}")
         say("result " + jsonsafe.dumps({k: v for k, v in existing.items() if k != "trials"}))
         return EXIT_OK
+    proven_state = parse_restore_state(restore_state)
     if experiment_state_exists(spec):
         refuse_unlicensed_restore(spec, restore_after)
     record_spec(spec)
@@ -191,7 +194,9 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None) -> int:
     callbacks = [callback, HistoryCallback(spec), FeasibilityCallback.for_spec(spec), signals]
     if tracking is not None:
         callbacks.insert(0, tracking)
-    tuner, restored = build_tuner(spec, callbacks)
+    # Every version of Tune's state this job writes is vouched for in its log before it reaches storage.
+    seal_tune_state(StateSealer())
+    tuner, restored = build_tuner(spec, callbacks, proven_state=proven_state)
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     try:
@@ -249,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         dest="restore_after",
         help="the earlier job of this experiment whose saved Tune state may be restored (default: never restore)",
     )
+    parser.add_argument(
+        RESTORE_STATE,
+        dest="restore_state",
+        help="with --restore-after: the state files the submitter proved, as JSON {file name: sha256:<hex>}",
+    )
     args = parser.parse_args(argv)
     # Before ray.init(): another node's runtime env agent may delete the working_dir package the driver starts in.
     leave_working_dir_package()
@@ -260,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_SPEC
     signal.signal(signal.SIGTERM, _forward_to_tune)
     try:
-        return run(spec, restore_after=args.restore_after)
+        return run(spec, restore_after=args.restore_after, restore_state=args.restore_state)
     except SpecError as exc:
         say(str(exc))
         verdict(str(exc))

@@ -353,8 +353,14 @@ def keep_credentials_out_of_trials() -> None:
     compat.stop_propagating(PROPAGATED_CREDENTIALS)
 
 
-def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner, bool]:
-    """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored."""
+def build_tuner(
+    spec: ExperimentSpec, callbacks: list[Any], *, proven_state: Mapping[str, str] | None = None
+) -> tuple[tune.Tuner, bool]:
+    """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored.
+
+    :param proven_state: the state files the submitter proved this experiment's jobs wrote (``--restore-state``):
+        restored only when the folder holds exactly those, byte for byte.
+    """
     refuse_tune_code(spec.to_dict())
     for path in spec.allow_listed:
         resolve_allow_listed(path, "allow-listed code reference")
@@ -362,6 +368,9 @@ def build_tuner(spec: ExperimentSpec, callbacks: list[Any]) -> tuple[tune.Tuner,
     callbacks = [*callbacks, *build_callbacks(spec)]  # the spec's after the engine's own
     trainable = build_trainable(spec)
     if experiment_state_exists(spec):
+        from airflow_tune.engine.state_seals import check_restore_state
+
+        check_restore_state(spec.experiment_uri, proven_state)
         experiment_path, storage_filesystem = storage.tune_storage(spec.experiment_uri)
         tuner = tune.Tuner.restore(
             experiment_path,

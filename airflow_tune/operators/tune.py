@@ -318,8 +318,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
                 )
             job_id = reconcile.next_job_id(spec, found)
             restore_after = reconcile.restore_licence(spec, found, reconcile.remembered_job(context))
+            restore_state = reconcile.restore_state_proof(self.hook, spec, found, restore_after, self.log)
             try:
-                self.submit_experiment(context, spec, job_id, restore_after)
+                self.submit_experiment(context, spec, job_id, restore_after, restore_state)
             except RayJobError as exc:
                 if "already exists" not in str(exc):
                     raise
@@ -330,10 +331,16 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
         raise RayJobError(f"experiment {spec.name}: jobs kept appearing while submitting; retry the task")
 
     def submit_experiment(
-        self, context: Context, spec: ExperimentSpec, job_id: str, restore_after: str | None = None
+        self,
+        context: Context,
+        spec: ExperimentSpec,
+        job_id: str,
+        restore_after: str | None = None,
+        restore_state: dict[str, str] | None = None,
     ) -> None:
         """Write the job's spec and submit the driver, with the trainable shipped by value when it must be; the
-        driver restores saved Tune state only when ``restore_after`` names the earlier job that wrote it."""
+        driver restores saved Tune state only when ``restore_after`` names the earlier job that wrote it, and only
+        the files ``restore_state`` names (see :func:`~airflow_tune.reconcile.restore_state_proof`)."""
         # Before anything is written or submitted: the experiment's folder is its own and the tracking server answers
         # (check_before_writing); the engine runs on the cluster Ray.
         self.check_before_writing(spec)
@@ -350,7 +357,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
                 shipped.append(stack.enter_context(code.shipped_package(self.trainable_code)))
                 self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
             self.hook.submit_job(
-                entrypoint=engine_command(spec_uri, spec_digest, restore_after=restore_after),
+                entrypoint=engine_command(
+                    spec_uri, spec_digest, restore_after=restore_after, restore_state=restore_state
+                ),
                 submission_id=job_id,
                 runtime_env=self.build_runtime_env(spec, job_id, shipped),
                 metadata=metadata,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import tempfile
 import time
 import uuid
@@ -14,7 +15,8 @@ from typing import Any
 
 import airflow_tune
 from airflow_tune import storage
-from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, RESTORE_AFTER, SPEC_ENV
+from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, RESTORE_AFTER, RESTORE_STATE, SPEC_ENV
+from airflow_tune.provenance import is_tune_state, unproven_state
 
 TESTKIT = str(Path(__file__).resolve().parent / "tune_testkit")
 PACKAGE = str(Path(airflow_tune.__file__).resolve().parent)
@@ -30,14 +32,40 @@ def client(stack: Any):
 #: The last job this harness submitted for each experiment name: the next job of that experiment may restore what
 #: it saved, as the operator licenses a job after one it finds in Ray's job list (``--restore-after``).
 _earlier: dict[str, str] = {}
+#: Every job of each experiment name, oldest first: their logs prove the Tune state the next one restores.
+_all: dict[str, list[str]] = {}
 
 
-def submit(stack: Any, spec: dict[str, Any], *, env: dict[str, str] | None = None, job_id: str | None = None) -> str:
+def proven_state(stack: Any, spec: dict[str, Any]) -> dict[str, str]:
+    """What the operator passes as ``--restore-state``: the Tune state files in the experiment's folder, each proven
+    by a seal in the log of one of its earlier jobs (the harness fails the test when one is not)."""
+    folder = f"{spec['storage_path'].rstrip('/')}/{spec['name']}"
+    state = {k: v for k, v in storage.file_digests(folder, recursive=False).items() if is_tune_state(k)}
+    unproven = unproven_state(state, (logs(stack, job) for job in _all.get(spec["name"], [])))
+    assert not unproven, f"Tune state the experiment's own jobs did not seal: {unproven}"
+    return state
+
+
+def submit(
+    stack: Any,
+    spec: dict[str, Any],
+    *,
+    env: dict[str, str] | None = None,
+    job_id: str | None = None,
+    restore_state: dict[str, str] | None = None,
+) -> str:
+    """Submit the engine for ``spec``; after an earlier job of the experiment, licensed to restore what it saved,
+    with ``restore_state`` (default: :func:`proven_state`) as the state it may restore."""
     job_id = job_id or f"tune-{spec['name']}-{uuid.uuid4().hex[:6]}"
     earlier = _earlier.get(spec["name"])
+    entrypoint = ENGINE_ENTRYPOINT
+    if earlier:
+        state = proven_state(stack, spec) if restore_state is None else restore_state
+        entrypoint += f" {RESTORE_AFTER} {earlier} {RESTORE_STATE} {shlex.quote(json.dumps(state))}"
     _earlier[spec["name"]] = job_id
+    _all.setdefault(spec["name"], []).append(job_id)
     client(stack).submit_job(
-        entrypoint=ENGINE_ENTRYPOINT + (f" {RESTORE_AFTER} {earlier}" if earlier else ""),
+        entrypoint=entrypoint,
         submission_id=job_id,
         runtime_env={
             "py_modules": [PACKAGE, TESTKIT],

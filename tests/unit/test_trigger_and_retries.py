@@ -205,6 +205,12 @@ def files(monkeypatch) -> dict[str, Any]:
     monkeypatch.setattr(
         "airflow_tune.storage.read_bytes_or_none", lambda uri: _bytes(stored[uri]) if uri in stored else None
     )
+
+    def file_digests(uri: str, recursive: bool = True) -> dict[str, str]:
+        below = {k[len(uri.rstrip("/")) + 1 :]: v for k, v in stored.items() if k.startswith(uri.rstrip("/") + "/")}
+        return {k: digest_of(_bytes(v)) for k, v in below.items() if recursive or "/" not in k}
+
+    monkeypatch.setattr("airflow_tune.storage.file_digests", file_digests)
     return stored
 
 
@@ -405,17 +411,28 @@ def test_a_failed_result_is_not_a_result_the_next_attempt_restores(files):
 def test_the_next_job_restores_only_state_a_known_job_of_the_experiment_saved(files):
     spec = _op().build_spec(_context())  # type: ignore[arg-type]
     files[f"{spec.experiment_uri}/tuner.pkl"] = "a pickle"
-    # An earlier job in Ray's job list licenses the restore, in the entrypoint only the submitter sets.
+    state = {"tuner.pkl": digest_of(_bytes("a pickle"))}
+    restore = f" --restore-after exp-1 --restore-state '{json.dumps(state, separators=(',', ':'))}'"
+    # An earlier job in Ray's job list licenses the restore, in the entrypoint only the submitter sets, of the state
+    # files its log vouched for.
     jobs = FakeJobs([_live(_op(), files, status="STOPPED")])
+    jobs.logs["exp-1"] = seal_line("state/tuner.pkl", state["tuner.pkl"]) + "\n"
     assert _resume(_op(), jobs) == ("exp-2", None)
-    assert jobs.submitted[0]["entrypoint"].endswith(" --restore-after exp-1")
-    # A cluster that lost its job history: the earlier try's own record (task_state_store) licenses it.
+    assert jobs.submitted[0]["entrypoint"].endswith(restore)
+    # Bytes no job of the experiment vouched for: refused before anything is submitted.
+    jobs = FakeJobs([_live(_op(), files, status="STOPPED")])
+    jobs.logs["exp-1"] = seal_line("state/tuner.pkl", digest_of(b"what the job wrote")) + "\n"
+    with pytest.raises(ExperimentStorageError, match="tuner.pkl: its bytes .* are none that this experiment's jobs"):
+        _resume(_op(), jobs)
+    assert jobs.submitted == []
+    # A cluster that lost its job history: the earlier try's own record (task_state_store) licenses it, and no log
+    # can prove the files: they are restored as found at submission.
     jobs = FakeJobs()
     op = _op()
     op.__dict__["hook"] = jobs
     context = {**_context(), "task_state_store": SimpleNamespace(get=lambda key: "exp-1", set=lambda k, v: None)}
     assert op.resume_or_submit(context, op.build_spec(context)) == ("exp-1", None)  # type: ignore[arg-type]
-    assert jobs.submitted[0]["entrypoint"].endswith(" --restore-after exp-1")
+    assert jobs.submitted[0]["entrypoint"].endswith(restore)
     # A first job: nothing to restore, and no licence.
     del files[f"{spec.experiment_uri}/tuner.pkl"]
     jobs = FakeJobs()

@@ -85,12 +85,13 @@ def checkpointing(config: dict) -> None:
 
 
 def _hold(config: dict, step: int) -> None:
-    """With ``hold = {"x": x, "step": n, "file": path}``: trial x waits after its step n while the file exists, so a
-    test can interrupt it at a known point whatever the machine's speed."""
-    hold = config.get("hold") or {}
-    if hold.get("x") == config["x"] and hold.get("step") == step:
-        while os.path.exists(hold["file"]):
-            time.sleep(0.1)
+    """With ``hold = {"x": x, "step": n, "file": path}`` (or a list of them): trial x waits after its step n while
+    the file exists, so a test can interrupt it at a known point whatever the machine's speed."""
+    holds = config.get("hold") or []
+    for hold in holds if isinstance(holds, list) else [holds]:
+        if hold.get("x") == config["x"] and hold.get("step") == step:
+            while os.path.exists(hold["file"]):
+                time.sleep(0.1)
 
 
 def _crashed_before(config: dict) -> bool:
