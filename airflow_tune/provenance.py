@@ -126,3 +126,23 @@ def unproven_state(found: Mapping[str, str], logs: Iterable[str]) -> dict[str, s
         elif digest not in sealed[name]:
             out[name] = f"its bytes ({digest}) are none that this experiment's jobs wrote under that name"
     return out
+
+
+# -- progress: what the job's log says, not what storage holds -----------------------------------------------------
+
+#: The engine's machine-readable progress line (``[airflow-tune] progress {...}``): counts, metric, mode, best.
+PROGRESS = "progress "
+
+
+def logged_progress(logs: str) -> dict[str, Any] | None:
+    """The last progress the engine printed in its job log (the same snapshot it writes to ``progress.json``, at the
+    same moment), or None before the first. Only the engine's own lines count (see :func:`sealed_digests`)."""
+    prefix = LOG_MARK + PROGRESS
+    for line in reversed(logs.splitlines()):
+        if line.startswith(prefix):
+            try:
+                parsed = json.loads(line[len(prefix) :])
+            except ValueError:
+                continue
+            return parsed if isinstance(parsed, dict) else None
+    return None

@@ -231,6 +231,46 @@ def restore_state_proof(
     return state
 
 
+def proven_progress(
+    hook: RayHook, experiment_uri: str, job_id: str | None, *, reader: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The experiment's progress as its Ray job's log says it (``progress.json`` is a hint anyone who can write
+    storage can forge), shaped as ``progress.json``; None when no job of the experiment has printed any yet.
+
+    The job is ``job_id``, else the experiment's newest job; it must be this experiment's (its metadata, fixed at
+    submission, names ``experiment_uri``) and, given ``reader``, of the reader's DAG.
+    """
+    from airflow_tune.provenance import logged_progress
+
+    if job_id:
+        info: Mapping[str, Any] | None = hook.get_job_info(job_id)
+    else:
+        found = hook.find_jobs({METADATA_EXPERIMENT_URI: experiment_uri})
+        info = found[0] if found else None
+    if not info:
+        return None
+    metadata = info.get("metadata") or {}
+    owner = {k: metadata.get(v) for k, v in METADATA_OWNER.items()}
+    job = str(info.get("submission_id") or job_id)
+    if metadata.get(METADATA_EXPERIMENT_URI) != experiment_uri or owner_differs(owner, reader, same_dag_only=True):
+        raise ExperimentStorageError(
+            f"Ray job {job[:200]} is not one of experiment {experiment_uri}'s in the reader's DAG: its progress is "
+            "not this experiment's"
+        )
+    logged = logged_progress(hook.get_job_logs(job))
+    if logged is None:
+        return None
+    counts = logged.get("counts")
+    counts = counts if isinstance(counts, dict) else {}
+    return {
+        **logged,
+        "experiment": metadata.get(METADATA_EXPERIMENT),
+        "owner": owner,
+        "num_trials": sum(v for v in counts.values() if isinstance(v, int)),
+        "job_id": job,
+    }
+
+
 def write_job_spec(spec: ExperimentSpec, job_id: str) -> tuple[str, str]:
     """Write the job's spec beside the experiment; return its URI and the digest of its bytes.
 

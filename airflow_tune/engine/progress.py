@@ -197,7 +197,7 @@ class ProgressCallback(tune.Callback):
         lines += format_trial_table(trials, self.spec.metric, self.spec.mode, TABLE_ROWS)
         self._emit(("\n" + LOG_MARK).join(lines))
         # A machine-readable line too, so a watcher of the log stream needs no storage access.
-        self._emit("progress " + jsonsafe.dumps({"counts": snap["counts"], "best": best}))
+        self._emit("progress " + jsonsafe.dumps({**{k: snap[k] for k in ("counts", "metric", "mode")}, "best": best}))
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: |:$)")

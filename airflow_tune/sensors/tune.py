@@ -140,20 +140,31 @@ class RayTuneSensor(BaseSensorOperator):
             if result is not None:
                 return PokeReturnValue(is_done=True, xcom_value=self._result())
         if self.target is not None and self.experiment_uri:
+            # progress.json is the cheap hint, read every poke; the job's log decides (storage writers can forge it).
             progress = storage.read_json_or_none(manifest_uri(self.experiment_uri, PROGRESS_FILE))
             if best_reaches(progress, self.target, self.target_mode):  # type: ignore[arg-type]
-                return PokeReturnValue(is_done=True, xcom_value=self._early(progress or {}))
+                proven = self._proven_progress()
+                if best_reaches(proven, self.target, self.target_mode):  # type: ignore[arg-type]
+                    return PokeReturnValue(is_done=True, xcom_value=self._early(proven or {}))
+                self.log.warning(
+                    "%s says the target is reached, but the Ray job's log does not: not believed; waiting",
+                    manifest_uri(self.experiment_uri, PROGRESS_FILE),
+                )
         return False
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
-        from airflow_tune import storage
 
         status = event.get("status")
         if status == "SUCCEEDED":
             return self._result()
         if status == "TARGET_REACHED":
-            progress = storage.read_json_or_none(manifest_uri(str(self.experiment_uri), PROGRESS_FILE))
-            return self._early(progress or {})
+            proven = self._proven_progress()
+            if not best_reaches(proven, self.target, self.target_mode):  # type: ignore[arg-type]
+                raise RayJobError(
+                    f"the trigger saw experiment {self.experiment_uri} reach target {self.target}, but its Ray job's "
+                    "log does not say so now: nothing believed; retry the task"
+                )
+            return self._early(proven or {})
         if status == "timeout":
             raise AirflowSensorTimeout(
                 f"RayTuneSensor timed out after {self.timeout}s waiting for Ray job {self.job_id} (the job goes on)"
@@ -161,6 +172,9 @@ class RayTuneSensor(BaseSensorOperator):
         if status in TERMINAL_STATUSES:
             raise RayJobError(self._failure(str(status), event.get("message")))
         raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
+
+    def _proven_progress(self) -> dict[str, Any] | None:
+        return reconcile.proven_progress(self.hook, str(self.experiment_uri), self.job_id, reader=self._reader())
 
     def _result(self) -> dict[str, Any]:
         uri = self.experiment_uri or self._experiment_uri_of_job()
@@ -200,7 +214,7 @@ class RayTuneSensor(BaseSensorOperator):
         return {
             "experiment": progress.get("experiment"),
             "experiment_uri": self.experiment_uri,
-            "job_id": self.job_id,
+            "job_id": self.job_id or progress.get("job_id"),
             "metric": progress.get("metric"),
             "mode": progress.get("mode"),
             "best_trial_id": best.get("trial_id"),

@@ -15,6 +15,7 @@ from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri
 from airflow_tune.exceptions import RayJobNotFoundError
 from airflow_tune.following import ProgressFollower
 from airflow_tune.hooks.ray import RayHook
+from airflow_tune.provenance import logged_progress
 
 
 class RayTuneTrigger(BaseTrigger):
@@ -159,7 +160,7 @@ class RayTuneTrigger(BaseTrigger):
             if terminal:
                 yield self._event(status, info.get("message"))
                 return
-            if self.target is not None and await self._target_reached():
+            if self.target is not None and await self._target_reached(hook):
                 yield self._event("TARGET_REACHED")
                 return
             await watch.changed(timeout=self._until_next_check(progress_at, follower is not None))
@@ -197,11 +198,17 @@ class RayTuneTrigger(BaseTrigger):
         for line in lines:
             self.log.info("%s", line)
 
-    async def _target_reached(self) -> bool:
+    async def _target_reached(self, hook: RayHook) -> bool:
+        """``progress.json`` is the cheap hint read every check; the job's log decides (storage can be forged)."""
         if not self.experiment_uri:
             return False
         progress = await asyncio.to_thread(_read_progress, self.experiment_uri)
-        return best_reaches(progress, self.target, self.mode)
+        if not best_reaches(progress, self.target, self.mode):
+            return False
+        if best_reaches(logged_progress(await hook.async_get_job_logs(self.job_id)), self.target, self.mode):
+            return True
+        self.log.warning("progress.json says the target is reached, but Ray job %s's log does not", self.job_id)
+        return False
 
     async def _stop(self, hook: RayHook) -> None:
         try:

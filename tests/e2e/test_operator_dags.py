@@ -175,6 +175,52 @@ def test_sensor_succeeds_early_once_the_best_metric_reaches_its_target(mode):
         stop_live_jobs(name)
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", ["poke", "deferred"])
+def test_a_forged_progress_file_never_ends_the_sensor_early(mode):
+    """Anyone who can write the experiment's storage prefix can write its progress.json: a writer keeps one there
+    whose best (0.1) reaches the sensor's target (1.5) while the only trial (x=1) never gets below 4. The sensor
+    believes the engine's progress line in the job's log, not the file: it waits for the end and returns the
+    finished experiment's result (on 4c117b0 it ended early with the forged best)."""
+    import threading
+
+    from airflow_tune import storage
+    from airflow_tune.contract import PROGRESS_FILE, manifest_uri
+    from tests.e2e.helpers import run_id_for
+
+    space = {"x": {"grid_search": [1]}, "steps": 6, "sleep": 1.0}
+    date = _unique_date()
+    name = experiment(f"aft_target_{mode}", run_id_for(date), task_id="submit")
+    uri = manifest_uri(f"{os.environ['AIRFLOW_TUNE_STORAGE_URI'].rstrip('/')}/{name}", PROGRESS_FILE)
+    done, forged = threading.Event(), []
+
+    def forge() -> None:
+        while not done.wait(0.05):
+            try:
+                real = storage.read_json_or_none(uri)
+                if real and (real.get("best") or {}).get("value") != 0.1:
+                    trial = (real.get("best") or {}).get("trial_id") or "forged"
+                    real["best"] = {"trial_id": trial, "value": 0.1, "config": {"x": 3, "steps": 99}}
+                    storage.write_json(uri, real)
+                    forged.append(trial)
+            except Exception:  # the writer keeps trying while the engine rewrites the file
+                continue
+
+    writer = threading.Thread(target=forge, daemon=True)
+    writer.start()
+    try:
+        run = run_dag(load_dag(f"aft_target_{mode}"), {"space": space}, logical_date=date)
+    finally:
+        done.set()
+        writer.join(10)
+        stop_live_jobs(name)
+    assert forged, "the forger never found a progress.json to rewrite"
+    assert run.state == "success", (run.task_states(), run.errors("sense"))
+    sensed = run.xcom("sense")
+    assert sensed["finished"] is True and sensed["num_terminated"] == 1, sensed
+    assert sensed["best_config"]["x"] == 1 and sensed["best_metrics"]["loss"] > 4, sensed
+
+
 @pytest.mark.timeout(120)
 def test_a_deferred_sensor_gives_up_at_its_timeout_and_leaves_the_job_running():
     space = {"x": {"grid_search": [1]}, "steps": 40, "sleep": 1.0}

@@ -40,6 +40,7 @@ class FakeDashboard:
         self.statuses = statuses
         self.stopped: list[str] = []
         self.waits: list[float] = []
+        self.logs = ""
 
     @contextlib.asynccontextmanager
     async def async_session(self) -> AsyncIterator[FakeDashboard]:
@@ -64,6 +65,9 @@ class FakeDashboard:
 
     async def aget_endpoint(self) -> None:
         """The hook reads its connection on the loop before a stop (the real one asks the Task SDK)."""
+
+    async def async_get_job_logs(self, job_id: str) -> str:
+        return self.logs
 
     def stop_job(self, job_id: str) -> bool:
         self.stopped.append(job_id)
@@ -125,10 +129,19 @@ def test_the_trigger_sleeps_until_its_job_changes_when_nothing_else_is_due(monke
 
 def test_the_trigger_fires_when_the_target_is_reached(monkeypatch):
     monkeypatch.setattr(trigger_module, "_read_progress", lambda uri: {"mode": "min", "best": {"value": 0.4}})
-    events, _ = _events(
-        monkeypatch, FakeDashboard(["RUNNING"]), log_progress=False, experiment_uri="s3://b/e", target=0.5
-    )
+    dashboard = FakeDashboard(["RUNNING"])
+    dashboard.logs = 'x\n[airflow-tune] progress {"counts": {"RUNNING": 1}, "mode": "min", "best": {"value": 0.4}}\n'
+    events, _ = _events(monkeypatch, dashboard, log_progress=False, experiment_uri="s3://b/e", target=0.5)
     assert [e["status"] for e in events] == ["TARGET_REACHED"]
+
+
+def test_a_progress_file_the_jobs_log_does_not_back_never_fires_the_target(monkeypatch):
+    # Storage says 0.1 (anyone who can write it can say so); the engine's own line in the job log says 2.0.
+    monkeypatch.setattr(trigger_module, "_read_progress", lambda uri: {"mode": "min", "best": {"value": 0.1}})
+    dashboard = FakeDashboard(["RUNNING", "RUNNING", "SUCCEEDED"])
+    dashboard.logs = '[airflow-tune] progress {"counts": {"RUNNING": 1}, "mode": "min", "best": {"value": 2.0}}\n'
+    events, _ = _events(monkeypatch, dashboard, log_progress=False, experiment_uri="s3://b/e", target=0.5)
+    assert [e["status"] for e in events] == ["SUCCEEDED"]
 
 
 def test_the_trigger_stops_the_job_at_its_deadline(monkeypatch):
