@@ -14,6 +14,7 @@ from digits_tuning import PACKAGE_DIR
 
 from airflow_tune.registry import registry_asset
 
+# [START howto_example_settings]
 STORAGE_URI = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
 REGISTRY_URI = os.environ.get("AIRFLOW_TUNE_REGISTRY_URI", "models:/digits")
 REGISTRY = registry_asset(REGISTRY_URI)
@@ -30,6 +31,7 @@ INPUT_EXAMPLE = [[0.0] * 64]
 MODEL_REQUIREMENTS = ["scikit-learn==1.9.1", "numpy"]
 # The trainables travel with each Ray job; a cluster without scikit-learn also needs pip=["scikit-learn"].
 SHIP_TRAINABLES = {"py_modules": [PACKAGE_DIR]}
+# [END howto_example_settings]
 
 
 def champion_checkpoint() -> tuple[str, str | None]:

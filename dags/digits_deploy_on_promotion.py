@@ -10,6 +10,7 @@ from __future__ import annotations
 from airflow.sdk import DAG, task
 from digits_common import REGISTRY, champion_uri
 
+# [START howto_deploy_on_promotion]
 with DAG(
     dag_id="digits_deploy_on_promotion",
     schedule=[REGISTRY],
@@ -43,3 +44,4 @@ with DAG(
         return {"version": version, "model_uri": uri, "holdout_accuracy": score}
 
     deploy_champion()
+# [END howto_deploy_on_promotion]

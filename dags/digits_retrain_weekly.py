@@ -37,6 +37,7 @@ with DAG(
     tags=["airflow-tune", "example"],
     doc_md=__doc__,
 ) as dag:
+    # [START howto_operator_ray_tune]
     tune = RayTuneOperator(
         task_id="tune",
         trainable="digits_tuning.trainables:train_mlp",
@@ -61,7 +62,9 @@ with DAG(
         deferrable=True,
         **SHIP_TRAINABLES,
     )
+    # [END howto_operator_ray_tune]
 
+    # [START howto_operator_promote_checkpoint]
     promote = PromoteCheckpointOperator(
         task_id="promote",
         result=tune.output,
@@ -73,7 +76,9 @@ with DAG(
         model_input_example=INPUT_EXAMPLE,
         model_requirements=MODEL_REQUIREMENTS,
     )
+    # [END howto_operator_promote_checkpoint]
 
+    # [START howto_deploy_promoted_model]
     @task
     def deploy_and_smoke_test(decision: dict) -> dict:
         """Load the promoted model as MLflow's clients do (``mlflow.pyfunc.load_model("models:/digits/<version>")``
@@ -97,3 +102,4 @@ with DAG(
         return {"version": decision["version"], "holdout_accuracy": score}
 
     deploy_and_smoke_test(promote.output)
+    # [END howto_deploy_promoted_model]

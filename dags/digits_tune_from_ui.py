@@ -23,6 +23,7 @@ from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.spec import search_space_schema
 
+# [START howto_operator_ray_tune_trigger_form]
 # Each parameter is one primitive with its exact arguments; choice and grid_search values are scalars.
 SEARCH_SPACE_SCHEMA = search_space_schema(
     ("uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "choice", "grid_search")
@@ -62,6 +63,7 @@ with DAG(
         deferrable=True,
         **SHIP_TRAINABLES,
     )
+    # [END howto_operator_ray_tune_trigger_form]
 
     @task.short_circuit
     def promotion_requested(**context) -> bool:

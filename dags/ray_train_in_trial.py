@@ -33,6 +33,7 @@ with DAG(
     tags=["airflow-tune", "example"],
     doc_md=__doc__,
 ) as dag:
+    # [START howto_operator_ray_tune_train_workers]
     tune = RayTuneOperator(
         task_id="tune",
         trainable="train_in_trial.trainables:train_driver",
@@ -55,7 +56,9 @@ with DAG(
         poll_interval=2.0,
         py_modules=[PACKAGE_DIR],
     )
+    # [END howto_operator_ray_tune_train_workers]
 
+    # [START howto_load_promoted_checkpoint]
     promote = PromoteCheckpointOperator(
         task_id="promote",
         result=tune.output,
@@ -88,3 +91,4 @@ with DAG(
         }
 
     load_model(tune.output, promote.output)
+    # [END howto_load_promoted_checkpoint]
