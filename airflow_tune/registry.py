@@ -115,7 +115,7 @@ def check_listing(result: dict[str, Any], objects: Sequence[dict[str, Any]]) -> 
 def champion_checkpoint(registry_uri: str, *, ray_conn_id: str = "ray_default", s3: Any = None) -> tuple[str, str]:
     """The champion's checkpoint in the S3 registry and the content digest its files must have, proven: the pointer
     is storage, so it is believed only as far as the Ray job of the experiment it names vouches for the checkpoint
-    and its digest (see :func:`airflow_tune.reconcile.proven_result`). Hand both to
+    and its digest (see :func:`airflow_tune.proofs.proven_result`). Hand both to
     :func:`airflow_tune.checkpoints.download_checkpoint` (``expected_digest``), which verifies the bytes.
 
     :param registry_uri: ``s3://bucket/models/<name>``.
@@ -177,7 +177,7 @@ def prove_checkpoint(
     of the experiment at ``experiment_uri`` as its own Ray job sealed it (:func:`airflow_tune.reconcile.
     proven_result`; ``dag_id``: that job ran for this DAG). What a registry records is written by whoever may write
     the registry: this is what makes it believed."""
-    from airflow_tune import reconcile, storage
+    from airflow_tune import proofs, storage
     from airflow_tune.contract import RESULT_FILE, inside_experiment, manifest_uri
     from airflow_tune.exceptions import ExperimentStorageError
     from airflow_tune.hooks.ray import RayHook
@@ -188,7 +188,7 @@ def prove_checkpoint(
     owner = {"dag_id": dag_id} if dag_id is not None else None
     try:
         data = storage.read_bytes(manifest_uri(experiment_uri, RESULT_FILE))
-        result = reconcile.proven_result(RayHook(ray_conn_id), experiment_uri, data, owner=owner, same_dag_only=True)
+        result = proofs.proven_result(RayHook(ray_conn_id), experiment_uri, data, owner=owner, same_dag_only=True)
     except (ValueError, OSError, ExperimentStorageError) as exc:
         raise PromotionError(f"{where} is not proven by the experiment it names: {exc}; refusing to load it") from exc
     if result.get("best_checkpoint_uri") != source or result.get(CHECKPOINT_DIGEST_KEY) != digest:

@@ -195,7 +195,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
     def proven_result(self, given: dict[str, Any]) -> dict[str, Any]:
         """The experiment's own result, re-read from storage and believed only when the Ray job it names vouches for
         its bytes and ran for this DAG; ``given`` (the XCom, data) must agree with it on what is promoted."""
-        from airflow_tune import reconcile, storage
+        from airflow_tune import proofs, storage
         from airflow_tune.contract import RESULT_FILE, manifest_uri, result_succeeded, xcom_result
         from airflow_tune.exceptions import ExperimentStorageError
         from airflow_tune.hooks.ray import RayHook
@@ -209,7 +209,7 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         except (ValueError, OSError) as exc:
             raise PromotionError(f"cannot read the experiment's result at {where[:300]}: {exc}") from exc
         try:
-            manifest = reconcile.proven_result(
+            manifest = proofs.proven_result(
                 RayHook(self.ray_conn_id), experiment_uri, data, owner={"dag_id": self.dag_id}, same_dag_only=True
             )
         except ExperimentStorageError as exc:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
-from airflow_tune import code, ray_extra, reconcile, roots
+from airflow_tune import code, proofs, ray_extra, reconcile, roots
 from airflow_tune.contract import RESULT_KEYS, engine_command, xcom_result
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
@@ -318,7 +318,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
                 )
             job_id = reconcile.next_job_id(spec, found)
             restore_after = reconcile.restore_licence(spec, found, reconcile.remembered_job(context))
-            restore_state = reconcile.restore_state_proof(self.hook, spec, found, restore_after, self.log)
+            restore_state = proofs.restore_state_proof(self.hook, spec, found.jobs, restore_after, self.log)
             try:
                 self.submit_experiment(context, spec, job_id, restore_after, restore_state)
             except RayJobError as exc:
@@ -340,7 +340,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     ) -> None:
         """Write the job's spec and submit the driver, with the trainable shipped by value when it must be; the
         driver restores saved Tune state only when ``restore_after`` names the earlier job that wrote it, and only
-        the files ``restore_state`` names (see :func:`~airflow_tune.reconcile.restore_state_proof`)."""
+        the files ``restore_state`` names (see :func:`~airflow_tune.proofs.restore_state_proof`)."""
         # Before anything is written or submitted: the experiment's folder is its own and the tracking server answers
         # (check_before_writing); the engine runs on the cluster Ray.
         self.check_before_writing(spec)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_tune import reconcile
+from airflow_tune import proofs, reconcile
 from airflow_tune.compat import AirflowSensorTimeout
 from airflow_tune.contract import (
     METADATA_EXPERIMENT_URI,
@@ -174,7 +174,7 @@ class RayTuneSensor(BaseSensorOperator):
         raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
 
     def _proven_progress(self) -> dict[str, Any] | None:
-        return reconcile.proven_progress(self.hook, str(self.experiment_uri), self.job_id, reader=self._reader())
+        return proofs.proven_progress(self.hook, str(self.experiment_uri), self.job_id, reader=self._reader())
 
     def _result(self) -> dict[str, Any]:
         uri = self.experiment_uri or self._experiment_uri_of_job()

@@ -2,7 +2,7 @@
 
 Real Ray jobs on the local stack: an experiment is stopped with its state saved, then files in its own folder are
 replaced or added, as anyone who can write that storage prefix could. The submitter's proof
-(:func:`airflow_tune.reconcile.restore_state_proof`: every state file sealed in the log of one of the experiment's
+(:func:`airflow_tune.proofs.restore_state_proof`: every state file sealed in the log of one of the experiment's
 jobs) refuses them, naming the file; the engine refuses a folder that changed after that proof, before Tune reads
 it, so the planted pickle never runs. A legitimate chain of restores (stop, restore, stop, restore) is proven
 throughout, the state of each job sealed in its own log."""
@@ -18,7 +18,7 @@ import pytest
 from airflow_tune import storage
 from airflow_tune.exceptions import ExperimentStorageError
 from airflow_tune.hooks.ray import RayHook
-from airflow_tune.reconcile import FoundExperiment, restore_state_proof
+from airflow_tune.proofs import restore_state_proof
 from tests.support import engine_jobs as jobs
 from tests.support.tune_testkit.markers import read_markers
 
@@ -81,8 +81,8 @@ def _stopped(stack, tmp_path, spec: dict, x: int) -> str:
 
 def _proof(spec: dict, *job_ids: str) -> dict[str, str] | None:
     experiment = SimpleNamespace(experiment_uri=_folder(spec))
-    found = FoundExperiment(jobs=[{"submission_id": j} for j in job_ids])
-    return restore_state_proof(RayHook(), experiment, found, job_ids[-1])  # type: ignore[arg-type]
+    jobs = [{"submission_id": j} for j in job_ids]
+    return restore_state_proof(RayHook(), experiment, jobs, job_ids[-1])  # type: ignore[arg-type]
 
 
 def _folder(spec: dict) -> str:

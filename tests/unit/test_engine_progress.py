@@ -92,7 +92,8 @@ def test_progress_line_is_machine_readable():
     cb.on_trial_result(0, trials, trials[0], {})
     line = [ln for ln in cb.out.getvalue().splitlines() if ln.startswith("[airflow-tune] progress ")][0]
     data = json.loads(line[len("[airflow-tune] progress ") :])
-    assert data == {"counts": {"RUNNING": 1}, "best": {"trial_id": "t_00001", "value": 2.0, "config": trials[0].config}}
+    best = {"trial_id": "t_00001", "value": 2.0, "config": trials[0].config}
+    assert data == {"counts": {"RUNNING": 1}, "metric": "loss", "mode": "min", "best": best}
 
 
 def test_unfinished_trials_tells_an_interrupted_run_from_a_finished_one():
