@@ -11,15 +11,15 @@ CLUSTER_VENV ?= .cluster-venv
 CLUSTER_STAMP := $(CLUSTER_VENV)/.installed
 CLUSTER_ENV := AIRFLOW_TUNE_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python
 
-.PHONY: help venv cluster-venv mlflow-venv compat-envs browser demo test check lint unit packaging integration e2e \
-  compat bench up down clean
+.PHONY: help venv cluster-venv mlflow-venv compat-envs browser demo test check docs lint unit packaging integration \
+  e2e compat bench up down clean
 
 # The targets with a `## ` note on their line, in the order written.
 help: ## list the targets
 	@grep -E '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## /\1\t/' | \
 	  awk -F '\t' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-venv: $(STAMP) ## .venv: the provider (editable) with its extras, the test and lint groups, from constraints.txt
+venv: $(STAMP) ## .venv: the provider (editable) with its extras, the test, lint and docs groups, from constraints.txt
 
 cluster-venv: $(CLUSTER_STAMP) ## .cluster-venv: the Ray cluster's own virtualenv (Ray and the examples' packages)
 
@@ -122,7 +122,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -c constraints.txt uv
 	$(UV) pip install -q --python $(PY) --compile-bytecode -c constraints.txt \
-	  -e ".[ray,examples,optuna,hyperopt,bayesopt,local,openlineage,mlflow]" --group test --group lint
+	  -e ".[ray,examples,optuna,hyperopt,bayesopt,local,openlineage,mlflow]" --group test --group lint --group docs
 	rm -rf airflow_tune.egg-info
 	touch $(STAMP)
 
@@ -143,6 +143,11 @@ browser: venv ## Chromium (Debian's) and Playwright for the browser test, best e
 # ~/.ray/auth_token); the local stack's Ray nodes run with token auth on, and clients send its token.
 demo: venv mlflow-venv ## the retraining DAG twice on a local Ray head, S3 endpoint and MLflow server
 	RAY_AUTH_MODE=disabled $(PY) demo/run.py
+
+# The docs tree as the docs test builds it in `make test` (tests/packaging/test_docs.py): warnings are errors, so a
+# broken include, reference or example marker fails. The pages land in .artifacts/docs (open index.html).
+docs: venv ## build the docs (docs/, Sphinx) into .artifacts/docs, warnings as errors
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs .artifacts/docs
 
 lint: venv ## ruff (check and format) and mypy
 	$(VENV)/bin/ruff check airflow_tune tests dags benchmarks demo
