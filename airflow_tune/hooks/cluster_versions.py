@@ -68,3 +68,28 @@ def read_cluster_versions(endpoint: RayEndpoint, request_timeout: float) -> Clus
         raise RayConnectionError(
             f"{endpoint.url} answered GET /api/version, but not as a Ray dashboard does (no Ray version in it)."
         ) from None
+
+
+def refuse_unsupported(url: str, there: ClusterVersions) -> None:
+    """Raise RayConnectionError when the cluster at ``url`` runs a Ray or Python the engine does not run on
+    (:data:`airflow_tune.versions.SUPPORTED_RAY`, :data:`~airflow_tune.versions.SUPPORTED_PYTHON`).
+
+    The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Python and
+    Ray, and is tested on every release of those ranges; the Airflow side's Ray plays no part here.
+    """
+    from airflow_tune.versions import python_version_problem, ray_version_problem
+
+    problem = ray_version_problem(there.ray)
+    if problem:
+        raise RayConnectionError(
+            f"The Ray cluster at {url} runs Ray {there.ray}, which airflow-tune cannot run its engine on: {problem}. "
+            "Run a Ray release in that range on the cluster, or point the connection at a cluster that does; "
+            "nothing was written or submitted."
+        )
+    problem = python_version_problem(there.python) if there.python else None
+    if problem:
+        raise RayConnectionError(
+            f"The Ray cluster at {url} runs Python {there.python}, which airflow-tune cannot run its engine on: "
+            f"{problem}. Run the cluster's Ray on a Python in that range (Ray's images have one for each), or point "
+            "the connection at a cluster that does; nothing was written or submitted."
+        )

@@ -18,8 +18,8 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseHook
 
-from airflow_tune.exceptions import AirflowTuneException, RayConnectionError, RayJobNotFoundError
-from airflow_tune.hooks.cluster_versions import ClusterVersions, read_cluster_versions
+from airflow_tune.exceptions import AirflowTuneException, RayJobNotFoundError
+from airflow_tune.hooks.cluster_versions import ClusterVersions, read_cluster_versions, refuse_unsupported
 from airflow_tune.hooks.connection import RayEndpoint, merge_runtime_env, stringify_metadata
 from airflow_tune.hooks.status_poll import JobWatch, shared_job_status, watch
 from airflow_tune.hooks.submission import submit_once
@@ -176,28 +176,9 @@ class RayHook(BaseHook):
 
     def check_cluster_versions(self) -> ClusterVersions:
         """Return the cluster's versions; raise RayConnectionError when its Ray or Python is outside what the engine
-        runs on (:data:`airflow_tune.versions.SUPPORTED_RAY`, :data:`~airflow_tune.versions.SUPPORTED_PYTHON`).
-
-        The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Python and
-        Ray, and is tested on every release of those ranges; this side's Ray plays no part here.
-        """
-        from airflow_tune.versions import python_version_problem, ray_version_problem
-
+        runs on (see :func:`~airflow_tune.hooks.cluster_versions.refuse_unsupported`)."""
         there = self.get_cluster_versions()
-        problem = ray_version_problem(there.ray)
-        if problem:
-            raise RayConnectionError(
-                f"The Ray cluster at {self.endpoint.url} runs Ray {there.ray}, which airflow-tune cannot run its "
-                f"engine on: {problem}. Run a Ray release in that range on the cluster, or point the connection at a "
-                "cluster that does; nothing was written or submitted."
-            )
-        problem = python_version_problem(there.python) if there.python else None
-        if problem:
-            raise RayConnectionError(
-                f"The Ray cluster at {self.endpoint.url} runs Python {there.python}, which airflow-tune cannot run its "
-                f"engine on: {problem}. Run the cluster's Ray on a Python in that range (Ray's images have one for "
-                "each), or point the connection at a cluster that does; nothing was written or submitted."
-            )
+        refuse_unsupported(self.endpoint.url, there)
         self._cluster_versions = there
         return there
 
