@@ -162,7 +162,8 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
     from airflow_tune.engine.feasibility import FeasibilityCallback
     from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
-    from airflow_tune.engine.progress import ProgressCallback, bounded_result, build_result_manifest
+    from airflow_tune.engine.progress import ProgressCallback
+    from airflow_tune.engine.result_manifest import bounded_result, build_result_manifest
     from airflow_tune.engine.sealing import record_checkpoint_digests, write_sealed
     from airflow_tune.engine.state_seals import StateSealer, parse_restore_state, seal_tune_state
 

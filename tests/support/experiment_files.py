@@ -102,7 +102,8 @@ def make_experiment(
         files with no owner, as versions before the owner was recorded did.
     """
     from airflow_tune.engine.history import HistoryCallback
-    from airflow_tune.engine.progress import build_result_manifest, progress_snapshot
+    from airflow_tune.engine.progress import progress_snapshot
+    from airflow_tune.engine.result_manifest import build_result_manifest
 
     spec = ExperimentSpec.from_dict(
         {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
-from airflow_tune.engine import progress
+from airflow_tune.engine import progress, result_manifest
 from airflow_tune.spec import ExperimentSpec
 
 
@@ -97,7 +97,7 @@ def test_the_manifest_rows_carry_the_node_id_but_the_metrics_do_not():
 
     best = result
     best.get_best_checkpoint = lambda metric, mode: None  # type: ignore[attr-defined]
-    manifest = progress.build_result_manifest(_spec(), Grid([result]), job_id="j")
+    manifest = result_manifest.build_result_manifest(_spec(), Grid([result]), job_id="j")
     [row] = manifest["trials"]
     assert row["node_id"] == "node-1" and row["path"] == "s3://bkt/exp/t1"
     assert "node_id" not in row["metrics"] and "node_id" not in manifest["best_metrics"]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tune.engine import progress
+from airflow_tune.engine import progress, result_manifest
 from airflow_tune.spec import ExperimentSpec
 
 
@@ -185,7 +185,7 @@ def test_two_thousand_trials_make_a_bounded_result_and_a_full_trials_file():
         for i in range(2000)
     ]
     manifest = {"experiment": "e", "num_trials": 2000, "trials": rows}
-    result = progress.bounded_result(spec, manifest)
+    result = result_manifest.bounded_result(spec, manifest)
     assert result["trials_listed"] == len(result["trials"]) == 40
     best = [r for r in result["trials"] if r["error"] is None]
     assert [r["metrics"]["loss"] for r in best[:3]] == [0.0, 0.0, 1.0]  # the best first, by the spec's mode (min)
