@@ -8,6 +8,9 @@ is plain logic over URIs. Datasets follow OpenLineage's naming:
 ``s3://bucket/key`` is namespace ``s3://bucket``, name ``key`` (``gs://`` likewise), a local path is namespace
 ``file``, name the absolute path. A name never carries a URI's userinfo, port, query or fragment (``s3://user:pw@
 bucket:9000/x?token=y`` is ``s3://bucket``, ``x``): lineage goes to whoever reads the lineage backend.
+
+The tasks' run parameters (the search and its winner, the gate's decision) are built in
+:mod:`airflow_tune.lineage_parameters`.
 """
 
 from __future__ import annotations
@@ -162,19 +165,35 @@ def mlflow_namespace(warm_start: Any, mlflow_conn_id: str) -> str | None:
     return MLflowHook(mlflow_conn_id).tracking_uri
 
 
-def operator_lineage(names: Callable[[], tuple[list[Name], list[Name]]], log: Any) -> Any:
-    """The OpenLineage provider's ``OperatorLineage`` of the datasets ``names()`` gives; an empty one (with a
-    warning in the task log) when it raises, so lineage never fails a task. Imports the provider: call it only
-    from ``get_openlineage_facets_on_complete``, which the provider's listener calls."""
+def operator_lineage(
+    names: Callable[[], tuple[list[Name], list[Name]]],
+    log: Any,
+    parameters: Callable[[], list[dict[str, str]]] | None = None,
+) -> Any:
+    """The OpenLineage provider's ``OperatorLineage`` of the datasets ``names()`` gives, with the run parameters
+    ``parameters()`` gives (:mod:`airflow_tune.lineage_parameters`) in the ``executionParameters`` run facet. What
+    raises is left out (with a warning in the task log), so lineage never fails a task. Imports the provider: call
+    it only from ``get_openlineage_facets_on_complete``, which the provider's listener calls."""
     from airflow.providers.common.compat.openlineage.facet import Dataset
     from airflow.providers.openlineage.extractors import OperatorLineage
 
+    from airflow_tune import lineage_parameters
+
+    run_facets: dict[str, Any] = {}
+    try:
+        facet = lineage_parameters.parameters_facet(parameters()) if parameters is not None else None
+    except Exception:
+        log.warning("OpenLineage: could not report the parameters of this task; reporting none", exc_info=True)
+        facet = None
+    if facet is not None:
+        run_facets[lineage_parameters.FACET_KEY] = facet
     try:
         inputs, outputs = names()
     except Exception:
         log.warning("OpenLineage: could not name the datasets of this task; reporting none", exc_info=True)
-        return OperatorLineage()
+        return OperatorLineage(run_facets=run_facets)
     return OperatorLineage(
         inputs=[Dataset(namespace=ns, name=name) for ns, name in inputs],
         outputs=[Dataset(namespace=ns, name=name) for ns, name in outputs],
+        run_facets=run_facets,
     )

@@ -421,15 +421,18 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (called by its provider's listener): the best checkpoint read; with a promotion, the registry
-        version written and the registry whose champion moved. Never raises."""
-        from airflow_tune import lineage
+        version written and the registry whose champion moved; the gate's decision as run parameters
+        (:func:`~airflow_tune.lineage_parameters.promote_parameters`). Never raises."""
+        from airflow_tune import lineage, lineage_parameters
 
         def names() -> tuple[list[lineage.Name], list[lineage.Name]]:
             result = json.loads(self.result) if isinstance(self.result, str) else self.result
             source = result.get("best_checkpoint_uri") if isinstance(result, dict) else None
             return lineage.promote_dataset_names(self.returned, source, self.registry_uri)
 
-        return lineage.operator_lineage(names, self.log)
+        return lineage.operator_lineage(
+            names, self.log, lambda: lineage_parameters.promote_parameters(self.returned, self.gate, self.threshold)
+        )
 
     # -- pieces -------------------------------------------------------------------------------------------------
     @staticmethod

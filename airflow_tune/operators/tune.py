@@ -392,8 +392,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (called by its provider's listener): the warm-start registry and the datasets the trainable's
         keyword arguments name (``s3://``, ``gs://``, ``file://`` URIs) read; the experiment folder and the best
-        checkpoint written (only the folder when the task failed after a job ran). Never raises."""
-        from airflow_tune import lineage
+        checkpoint written (only the folder when the task failed after a job ran); the search and its winner as
+        run parameters (:func:`~airflow_tune.lineage_parameters.tune_parameters`). Never raises."""
+        from airflow_tune import lineage, lineage_parameters
 
         ran_on = self.spec.experiment_uri if self.spec is not None and self.job_id else None
         named = lineage.named_dataset_uris(self.spec.trainable_kwargs) if self.spec is not None else []
@@ -406,4 +407,5 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
                 mlflow_namespace=lineage.mlflow_namespace(self.warm_start, self.mlflow_conn_id),
             ),
             self.log,
+            lambda: lineage_parameters.tune_parameters(self.returned, self.spec),
         )
