@@ -41,10 +41,11 @@ def _names(datasets: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return {(d["namespace"], d["name"]) for d in datasets}
 
 
-@pytest.mark.timeout(300)
-def test_complete_events_carry_the_experiment_best_checkpoint_and_registry_version(tmp_path):
+@pytest.fixture(scope="module")
+def lineage_run(stack, tmp_path_factory) -> dict[str, Any]:
+    """One run of the DAG: its XCom results, its registry and the COMPLETE event of each task."""
     registry = f"s3://airflow-tune/e2e-registry/lineage-{uuid.uuid4().hex[:8]}"
-    events_file = tmp_path / "openlineage.jsonl"
+    events_file = tmp_path_factory.mktemp("lineage") / "openlineage.jsonl"
     env = {
         **os.environ,
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
@@ -73,9 +74,6 @@ def test_complete_events_carry_the_experiment_best_checkpoint_and_registry_versi
     state = _line(output, "DAG_RUN_STATE")
     assert proc.returncode == 0 and state.startswith("success "), output[-5000:]
     xcom = json.JSONDecoder().raw_decode(_line(output, "DAG_RUN_XCOM"))[0]
-    result, decision = xcom["tune"], xcom["promote"]
-    assert result["num_trials"] == 2 and result["best_checkpoint_uri"].startswith(result["experiment_uri"] + "/")
-    assert decision["promoted"] is True and decision["version"]
 
     events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
     complete = {}
@@ -83,9 +81,18 @@ def test_complete_events_carry_the_experiment_best_checkpoint_and_registry_versi
         if event.get("eventType") == "COMPLETE" and event["job"]["name"].startswith("aft_lineage."):
             assert event["job"]["name"] not in complete, "one COMPLETE event per task"
             complete[event["job"]["name"]] = event
-    assert set(complete) >= {"aft_lineage.tune", "aft_lineage.promote"}, [
+    assert set(complete) >= {"aft_lineage.tune", "aft_lineage.promote", "aft_lineage.promote_held"}, [
         (e.get("eventType"), e.get("job", {}).get("name")) for e in events
     ]
+    return {"xcom": xcom, "registry": registry, "complete": complete}
+
+
+@pytest.mark.timeout(300)
+def test_complete_events_carry_the_experiment_best_checkpoint_and_registry_version(lineage_run):
+    registry, complete = lineage_run["registry"], lineage_run["complete"]
+    result, decision = lineage_run["xcom"]["tune"], lineage_run["xcom"]["promote"]
+    assert result["num_trials"] == 2 and result["best_checkpoint_uri"].startswith(result["experiment_uri"] + "/")
+    assert decision["promoted"] is True and decision["version"]
 
     tune = complete["aft_lineage.tune"]
     assert tune["job"]["namespace"] == "airflow-tune-e2e"
@@ -98,3 +105,47 @@ def test_complete_events_carry_the_experiment_best_checkpoint_and_registry_versi
     version = _dataset(f"{registry}/versions/{decision['version']}")
     assert _names(promote["outputs"]) == {version, _dataset(registry)}
     assert decision["uri"] == f"{registry}/versions/{decision['version']}/checkpoint"
+
+
+def _parameters(event: dict[str, Any]) -> dict[str, str]:
+    facet = event["run"]["facets"]["executionParameters"]
+    keys = [p["key"] for p in facet["parameters"]]
+    assert len(keys) == len(set(keys)), keys
+    return {p["key"]: p["value"] for p in facet["parameters"]}
+
+
+@pytest.mark.timeout(300)
+def test_complete_events_carry_the_search_its_winner_and_the_gates_decisions(lineage_run):
+    """The tune task's COMPLETE event names the search and its real winner, each promote task's its gate's decision,
+    in OpenLineage's executionParameters run facet; every run facet of the three events validates against the spec's
+    run facet schema, and ours against the execution parameters facet's."""
+    from tests.support.openlineage_schemas import EXECUTION_PARAMETERS_SCHEMA_URL, validate_run_facet
+
+    complete, xcom = lineage_run["complete"], lineage_run["xcom"]
+    result = xcom["tune"]
+    for event in complete.values():
+        for facet in event["run"]["facets"].values():
+            validate_run_facet(facet)
+        assert event["run"]["facets"]["executionParameters"]["_schemaURL"] == EXECUTION_PARAMETERS_SCHEMA_URL
+
+    tune = _parameters(complete["aft_lineage.tune"])
+    # The winner as the job found it (x=3 is the grid's best: its loss is 0.01), written out here.
+    assert result["best_config"] == {"x": 3, "steps": 2}
+    assert json.loads(tune["tune.best_config"]) == result["best_config"]
+    assert json.loads(tune["tune.search_space"]) == {"x": {"grid_search": [1, 3]}, "steps": 2}
+    assert tune["tune.metric"] == "loss" and tune["tune.mode"] == "min"
+    assert float(tune["tune.best_value"]) == result["best_metrics"]["loss"] == pytest.approx(0.01)
+    assert tune["tune.num_trials"] == "2" and tune["tune.best_trial_id"] == result["best_trial_id"]
+    assert tune["tune.experiment"] == result["experiment"]
+
+    promoted, held = xcom["promote"], xcom["promote_held"]
+    promote = _parameters(complete["aft_lineage.promote"])
+    assert promote["promote.promoted"] == "true" and promote["promote.gate"] == "always"
+    assert promote["promote.version"] == promoted["version"] and promote["promote.reason"] == promoted["reason"]
+    assert held["promoted"] is False and held["version"] is None
+    held_params = _parameters(complete["aft_lineage.promote_held"])
+    assert held_params["promote.promoted"] == "false" and "promote.version" not in held_params
+    assert held_params["promote.reason"] == held["reason"] and "misses threshold 0.001" in held["reason"]
+    assert held_params["promote.gate"] == "threshold" and float(held_params["promote.threshold"]) == 0.001
+    # The held-back promotion wrote nothing.
+    assert complete["aft_lineage.promote_held"]["outputs"] == []

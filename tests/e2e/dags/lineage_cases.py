@@ -1,5 +1,5 @@
 """A DAG for the OpenLineage e2e test: a deferred tune task warm-started from a registry (``params.registry``), then
-a promotion of its winner into that registry (its root written here)."""
+a promotion of its winner into that registry (its root written here), and one its threshold gate holds back."""
 
 from __future__ import annotations
 
@@ -41,4 +41,13 @@ with DAG(
         result=tune.output,
         registry_uri="s3://airflow-tune/e2e-registry/{{ params.registry.rsplit('/', 1)[1] }}",
         gate="always",
+    )
+    # A winner held back by its gate (the best loss is 0.01): a decision that writes nothing. A registry of its own,
+    # so the other promotion's champion (this very checkpoint) is never what it finds.
+    PromoteCheckpointOperator(
+        task_id="promote_held",
+        result=tune.output,
+        registry_uri="s3://airflow-tune/e2e-registry/{{ params.registry.rsplit('/', 1)[1] }}-held",
+        gate="threshold",
+        threshold=0.001,
     )
