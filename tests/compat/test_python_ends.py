@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
@@ -31,6 +29,7 @@ import pytest
 from airflow_tune.contract import RESULT_KEYS
 from tests.e2e.helpers import RUN_DAG, experiment, jobs_of
 from tests.support.compat_envs import REPO_ROOT, newest_python_airflow, newest_python_cluster
+from tests.support.compat_stack import compat_stack
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -57,32 +56,14 @@ def _python_of(python: Path) -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray head on the newest supported Python, an S3 endpoint and the session's Airflow home; the environment
     points Ray Jobs, S3 and Airflow clients at it. Yields the cluster's Python version."""
-    from airflow_tune.local import LocalStack
-
     python = newest_python_cluster()
-    root = Path(tempfile.mkdtemp(prefix="aft-python-ends-"))
     working_dir = tmp_path_factory.mktemp("python-ends-probe")
     (working_dir / "release_probe.py").write_text(textwrap.dedent(PROBE))
-    local = LocalStack(root, num_cpus=2, cluster_python=python, airflow_home=os.environ["AIRFLOW_HOME"])
-    started = time.monotonic()
-    try:
-        state = local.start()
-    except Exception as exc:
-        log = root / "logs" / "ray.log"
-        tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no ray.log)"
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"the Python 3.13 stack did not start: {exc}\n{tail}")
-    print(f"\nRay on {python} started in {time.monotonic() - started:.1f}s")
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in state.env().items():
-                patch.setenv(key, value)
-            patch.setenv("AFT_RELEASE_WORKING_DIR", str(working_dir))
-            patch.delenv("AFT_RELEASE_MLFLOW", raising=False)
-            yield _python_of(python)
-    finally:
-        local.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    options = {"num_cpus": 2, "cluster_python": python, "airflow_home": os.environ["AIRFLOW_HOME"]}
+    with compat_stack("Python 3.13 stack", "aft-python-ends-", **options), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AFT_RELEASE_WORKING_DIR", str(working_dir))
+        patch.delenv("AFT_RELEASE_MLFLOW", raising=False)
+        yield _python_of(python)
 
 
 def _run(python: Path | str, year: int) -> tuple[str, dict, dict, str]:

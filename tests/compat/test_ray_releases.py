@@ -12,7 +12,6 @@ import os
 import shutil
 import tempfile
 import textwrap
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -23,6 +22,7 @@ import pytest
 from airflow_tune.contract import RESULT_KEYS
 from tests.e2e.helpers import load_dag, run_dag
 from tests.support.compat_envs import RAY_RELEASES, ray_cluster_python
+from tests.support.compat_stack import compat_stack
 from tests.support.mlflow_server import MlflowRest, mlflow_beside, tags
 
 TASKS = ("tune_import_path", "tune_function", "tune_class")
@@ -63,37 +63,14 @@ def working_dir() -> Iterator[Path]:
 def release_stack(request, working_dir) -> Iterator[tuple[str, object]]:
     """A Ray head of ``release`` run by its cluster virtualenv, an S3 endpoint and the session's Airflow home; the
     environment points Ray Jobs, S3 and Airflow clients at it while the release's tests run."""
-    from airflow_tune.local import LocalStack
-
     release = request.param
-    root = Path(tempfile.mkdtemp(prefix=f"aft-ray-{release}-"))
-    local = LocalStack(
-        root,
-        num_cpus=2,
-        cluster_python=ray_cluster_python(release),
-        airflow_home=os.environ["AIRFLOW_HOME"],
-    )
-    started = time.monotonic()
-    try:
-        state = local.start()
-    except Exception as exc:
-        log = root / "logs" / "ray.log"
-        tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no ray.log)"
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"the Ray {release} stack did not start: {exc}\n{tail}")
-    print(f"\nRay {release} stack started in {time.monotonic() - started:.1f}s")
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in state.env().items():
-                patch.setenv(key, value)
-            # A tracking server for the engine's MLflow callback on this release (the cluster virtualenv has the
-            # MLflow client, as the Ray image does).
-            with mlflow_beside(state, root / "mlflow-beside") as mlflow_url:
-                patch.setenv("AFT_RELEASE_MLFLOW", "1")
-                yield release, state, mlflow_url
-    finally:
-        local.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    options = {"num_cpus": 2, "cluster_python": ray_cluster_python(release), "airflow_home": os.environ["AIRFLOW_HOME"]}
+    with compat_stack(f"Ray {release} stack", f"aft-ray-{release}-", **options) as (state, root):
+        # A tracking server for the engine's MLflow callback on this release (the cluster virtualenv has the MLflow
+        # client, as the Ray image does).
+        with mlflow_beside(state, root / "mlflow-beside") as mlflow_url, pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AFT_RELEASE_MLFLOW", "1")
+            yield release, state, mlflow_url
 
 
 @pytest.mark.timeout(300)

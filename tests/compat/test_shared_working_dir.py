@@ -30,6 +30,7 @@ from airflow_tune import storage
 from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, SPEC_ENV
 from tests.support import engine_jobs
 from tests.support.compat_envs import RAY_RELEASES, ray_cluster_python
+from tests.support.compat_stack import compat_stack
 
 EXPERIMENTS = 3
 
@@ -74,30 +75,11 @@ def working_dir() -> Iterator[Path]:
 def two_nodes(request) -> Iterator[tuple[str, object]]:
     """A head offering no CPUs (the drivers run there) and one worker node (the trials) on this host, of Ray
     ``release``; the environment points Ray Jobs and S3 clients at them."""
-    from airflow_tune.local import LocalStack
-
     release = request.param
-    root = Path(tempfile.mkdtemp(prefix=f"aft-shared-wd-{release}-"))
-    local = LocalStack(
-        root, num_cpus=0, workers=1, worker_cpus=2, cluster_python=ray_cluster_python(release), airflow=False
-    )
-    started = time.monotonic()
-    try:
-        state = local.start()
-    except Exception as exc:
-        log = root / "logs" / "ray.log"
-        tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no ray.log)"
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"the Ray {release} stack with a worker node did not start: {exc}\n{tail}")
-    print(f"\nRay {release} head and worker node started in {time.monotonic() - started:.1f}s")
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in state.env().items():
-                patch.setenv(key, value)
-            yield release, state
-    finally:
-        local.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    options = {"num_cpus": 0, "workers": 1, "worker_cpus": 2, "cluster_python": ray_cluster_python(release)}
+    stack = compat_stack(f"Ray {release} head and worker node", f"aft-shared-wd-{release}-", airflow=False, **options)
+    with stack as (state, _):
+        yield release, state
 
 
 def submit(state, spec: dict, working_dir: Path) -> str:
