@@ -49,7 +49,7 @@ from airflow_tune.exceptions import (
 )
 from airflow_tune.following import ProgressFollower
 from airflow_tune.proofs import json_object_of, proven_result
-from airflow_tune.spec import ExperimentSpec, fingerprint_of, identity_differences
+from airflow_tune.spec import ExperimentSpec, fingerprint_of, identity_differences, restore_conflicts
 
 if TYPE_CHECKING:
     from airflow_tune.hooks.ray import RayHook
@@ -95,6 +95,8 @@ def find_experiment(hook: RayHook, spec: ExperimentSpec) -> FoundExperiment:
         refuse_other_question(spec, result.get("fingerprint") or "<none>", None, recorded)
         believe_result(spec, result)
         return FoundExperiment(jobs=jobs, result=proven_result(hook, spec.experiment_uri, data, owner=spec.owner))
+    if recorded is not None:
+        refuse_restore_conflicts(spec, recorded)
     return FoundExperiment(jobs=jobs)
 
 
@@ -129,6 +131,19 @@ def refuse_other_question(
         f"experiment {spec.name!r} already exists ({where}) with another spec"
         + (f": {'; '.join(differences)}" if differences else "")
         + f". One experiment name answers one question: another run uses this experiment_name; {_NEW_NAME}"
+    )
+
+
+def refuse_restore_conflicts(spec: ExperimentSpec, recorded: Mapping[str, Any]) -> None:
+    """Raise when the next job would restore the experiment (Tune's ``tuner.pkl`` is there) and the spec changed
+    what a restored experiment cannot take (:func:`~airflow_tune.spec.restore_conflicts`); the rest of a changed
+    policy is applied by the engine."""
+    conflicts = restore_conflicts(recorded, spec.to_dict()) if isinstance(recorded, Mapping) else []
+    if not conflicts or not storage.exists(join_uri(spec.experiment_uri, "tuner.pkl")):
+        return
+    raise ExperimentConflictError(
+        f"experiment {spec.name!r} ({spec.experiment_uri}) is restored from Tune's saved state on this try, and "
+        f"that cannot take this change: {'; '.join(conflicts)}. Keep the earlier value, or {_NEW_NAME}"
     )
 
 

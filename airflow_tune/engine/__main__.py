@@ -43,7 +43,7 @@ from airflow_tune.contract import (
     result_succeeded,
 )
 from airflow_tune.engine.compat import leave_working_dir_package
-from airflow_tune.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences
+from airflow_tune.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences, restore_conflicts
 
 
 def say(line: str) -> None:
@@ -107,6 +107,20 @@ def check_spec_unchanged(spec: ExperimentSpec) -> bool:
             ]
         )
     return True
+
+
+def refuse_restore_conflicts(spec: ExperimentSpec, earlier: Any) -> None:
+    """Refuse what the restored experiment cannot take from a changed spec (the operator refuses it before
+    submission too): never accepted and ignored."""
+    conflicts = restore_conflicts(earlier, spec.to_dict()) if isinstance(earlier, dict) else []
+    if conflicts:
+        raise SpecError(
+            [
+                f"experiment {spec.name!r} in {spec.experiment_uri} is restored from Tune's saved state, which cannot "
+                f"take this change ({'; '.join(conflicts)}): keep the earlier value, or give this run another "
+                "experiment_name"
+            ]
+        )
 
 
 def record_spec(spec: ExperimentSpec) -> None:
@@ -178,8 +192,10 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
         say("result " + jsonsafe.dumps({k: v for k, v in existing.items() if k != "trials"}))
         return EXIT_OK
     proven_state = parse_restore_state(restore_state)
+    earlier = storage.read_json_or_none(manifest_uri(spec.experiment_uri, SPEC_FILE))
     if experiment_state_exists(spec):
         refuse_unlicensed_restore(spec, restore_after)
+        refuse_restore_conflicts(spec, earlier)
     record_spec(spec)
     tracking = None
     if spec.mlflow is not None:
@@ -197,7 +213,9 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
         callbacks.insert(0, tracking)
     # Every version of Tune's state this job writes is vouched for in its log before it reaches storage.
     seal_tune_state(StateSealer())
-    tuner, restored = build_tuner(spec, callbacks, proven_state=proven_state)
+    tuner, restored = build_tuner(
+        spec, callbacks, proven_state=proven_state, earlier=earlier if isinstance(earlier, dict) else None
+    )
     say(f"{'restored' if restored else 'started'} experiment {spec.name} at {spec.experiment_uri}")
     started = time.monotonic()
     try:

@@ -283,25 +283,32 @@ def _require_package(module: str, what: str, pip_name: str | None = None) -> Non
 
 
 # --- configs ------------------------------------------------------------------------------------------------------
-def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConfig:
+def build_checkpoint_config(spec: ExperimentSpec) -> tune.CheckpointConfig:
     ckpt = spec.checkpoint
     # Tune's own defaults: without a score_attribute, num_to_keep keeps the newest checkpoints (the best one handed
     # on is the best of those kept), and the score order is "max" unless given.
-    checkpoint_config = tune.CheckpointConfig(
+    return tune.CheckpointConfig(
         num_to_keep=ckpt.num_to_keep,
         checkpoint_score_attribute=ckpt.score_attribute,
         checkpoint_score_order=ckpt.score_order or "max",
         checkpoint_frequency=ckpt.frequency,
         checkpoint_at_end=checkpoint_at_end(spec),
     )
+
+
+def build_failure_config(spec: ExperimentSpec) -> tune.FailureConfig:
+    return tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast)
+
+
+def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConfig:
     storage_path, storage_filesystem = storage.tune_storage(spec.storage_path)
     return tune.RunConfig(
         name=spec.name,
         storage_path=storage_path,
         storage_filesystem=storage_filesystem,
         stop=build_stop(spec),
-        checkpoint_config=checkpoint_config,
-        failure_config=tune.FailureConfig(max_failures=spec.failure.max_failures, fail_fast=spec.failure.fail_fast),
+        checkpoint_config=build_checkpoint_config(spec),
+        failure_config=build_failure_config(spec),
         callbacks=callbacks,
         verbose=0,
     )
@@ -354,12 +361,17 @@ def keep_credentials_out_of_trials() -> None:
 
 
 def build_tuner(
-    spec: ExperimentSpec, callbacks: list[Any], *, proven_state: Mapping[str, str] | None = None
+    spec: ExperimentSpec,
+    callbacks: list[Any],
+    *,
+    proven_state: Mapping[str, str] | None = None,
+    earlier: Mapping[str, Any] | None = None,
 ) -> tuple[tune.Tuner, bool]:
     """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored.
 
     :param proven_state: the state files the submitter proved this experiment's jobs wrote (``--restore-state``):
         restored only when the folder holds exactly those, byte for byte.
+    :param earlier: the spec the experiment's last run recorded (``spec.json``), or None: where its time budget is.
     """
     refuse_tune_code(spec.to_dict())
     for path in spec.allow_listed:
@@ -384,6 +396,7 @@ def build_tuner(
         # The restored Tuner keeps its pickled RunConfig, whose callbacks are the first run's: this driver runs new
         # ones, the spec's included.
         _replace_callbacks(tuner, callbacks)
+        apply_policy(tuner, spec, earlier)
         return tuner, True
     tuner = tune.Tuner(
         trainable,
@@ -397,3 +410,34 @@ def build_tuner(
 def _replace_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
     """Every pickled callback is one the engine built (its own and the spec's): replace them all."""
     compat.tuner_run_config(tuner).callbacks = list(callbacks)
+
+
+def restored_concurrency(spec: ExperimentSpec) -> int | None:
+    """The concurrency limit :func:`build_search` gives the search algorithm (random/grid: its ``max_concurrent``
+    argument when the spec gives one)."""
+    limit = concurrency_limit(spec)
+    if not spec.search.factory and str(spec.search.name).lower() in ("random", "grid"):
+        given = spec.search.args.get("max_concurrent")
+        return int(given) if given else limit
+    return limit
+
+
+def apply_policy(tuner: tune.Tuner, spec: ExperimentSpec, earlier: Mapping[str, Any] | None) -> None:
+    """The spec's failure, checkpoint, budget and concurrency policy on a restored experiment.
+
+    ``Tuner.restore`` keeps the RunConfig and TuneConfig pickled in ``tuner.pkl`` by the first run, and Tune's resume
+    puts back the policy its experiment state saved (see :func:`.compat.apply_policy_on_resume`): set here on the
+    restored Tuner's configs (what ``tune.run`` is given) and put back after Tune's resume. What a restored
+    experiment cannot change is refused before this (:func:`airflow_tune.spec.restore_conflicts`).
+    """
+    run_config, tune_config = compat.tuner_run_config(tuner), compat.tuner_tune_config(tuner)
+    run_config.failure_config = build_failure_config(spec)
+    run_config.checkpoint_config = build_checkpoint_config(spec)
+    tune_config.time_budget_s = spec.time_budget_s
+    tune_config.reuse_actors = spec.reuse_actors
+    compat.apply_policy_on_resume(
+        max_failures=spec.failure.max_failures,
+        max_concurrent=restored_concurrency(spec),
+        time_budget_s=spec.time_budget_s,
+        earlier_budget=bool(earlier and earlier.get("time_budget_s")),
+    )

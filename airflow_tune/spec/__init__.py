@@ -24,6 +24,7 @@ from airflow_tune.spec.experiment import (
     fingerprint_of,
     identity_differences,
     identity_of,
+    restore_conflicts,
 )
 from airflow_tune.spec.naming import STORAGE_SCHEMES, experiment_name_for
 from airflow_tune.spec.parts import (
@@ -75,6 +76,7 @@ __all__ = [
     "experiment_name_for",
     "fingerprint_of",
     "identity_differences",
+    "restore_conflicts",
     "identity_of",
     "node_pins",
     "non_finite_numbers",

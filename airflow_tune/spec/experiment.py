@@ -169,8 +169,9 @@ class ExperimentSpec:
         """What question the experiment answers: the fields two runs of one experiment name must agree on.
 
         A restored Tune experiment keeps its search space, trainable, scheduler and searcher whatever a rerun asks, and
-        a finished one's result answers the question it was asked. Policies (resources, checkpoints, failures,
-        budgets, progress) and warm-start points may change between tries.
+        a finished one's result answers the question it was asked. Policies (checkpoints, failures, budgets,
+        concurrency, actor reuse, progress) may change between tries and are applied to a restored experiment; the
+        few other fields a restored experiment cannot take are :func:`restore_conflicts`.
         """
         return identity_of(self.to_dict())
 
@@ -223,6 +224,48 @@ def identity_differences(before: Mapping[str, Any], after: Mapping[str, Any], li
     for name in IDENTITY_FIELDS:
         walk(name, a.get(name), b.get(name))
     return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])
+
+
+#: Searchers whose concurrency limit is their own argument (a ``BasicVariantGenerator``), not a ConcurrencyLimiter.
+_OWN_LIMIT_SEARCHERS = ("random", "grid")
+
+
+def _concurrency(spec_dict: Mapping[str, Any]) -> int | None:
+    search = spec_dict.get("search") or {}
+    limits = [n for n in (spec_dict.get("max_concurrent_trials"), search.get("max_concurrent")) if n]
+    return min(limits) if limits else None
+
+
+def restore_conflicts(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """What a rerun changed that the experiment, restored from Tune's saved state, cannot take: each as ``field: old
+    -> new (why)``. The rest of the policy is applied to the restored experiment (engine/build.py ``apply_policy``);
+    the identity's fields are :func:`identity_differences`.
+
+    - ``points_to_evaluate``: Tune restores the searcher from its saved state (``restore_from_dir``), seeded points
+      and all; new points are never asked for.
+    - ``resources``: Tune restores every trial with the resources saved with it (its placement group factory, in the
+      experiment state); only new trials would take new ones.
+    - a concurrency limit (``max_concurrent_trials``) where the first run had none, for a searcher other than random
+      and grid: the restored searcher is the one the first run built, with no ConcurrencyLimiter to take a limit
+      (random and grid take theirs, and a limit the first run had can change).
+    """
+    found: list[str] = []
+    why = {
+        "points_to_evaluate": "Tune restores the searcher from its saved state and never asks for new points",
+        "resources": "Tune restores every trial with the resources it was saved with",
+    }
+    for name, reason in why.items():
+        if before.get(name) != after.get(name):
+            found.append(f"{name}: {show(before.get(name))} -> {show(after.get(name))} ({reason})")
+    search = after.get("search") or {}
+    own_limit = not search.get("factory") and str(search.get("name") or "random").lower() in _OWN_LIMIT_SEARCHERS
+    if not own_limit and _concurrency(before) is None and _concurrency(after) is not None:
+        found.append(
+            f"max_concurrent_trials: {show(before.get('max_concurrent_trials'))} -> "
+            f"{show(after.get('max_concurrent_trials'))} (the restored {search.get('name') or search.get('factory')} "
+            "searcher is the one the first run built, without a concurrency limiter to take a limit)"
+        )
+    return found
 
 
 _REQUIRED_FIX = {
