@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from airflow_tune.exceptions import AirflowTuneException, PromotionError
+from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY
 
 CHAMPION_FILE = "champion.json"
 
@@ -195,3 +197,76 @@ def prove_checkpoint(
         raise PromotionError(
             f"{where} names a checkpoint or digest that its experiment's sealed result does not: refusing to load it"
         )
+
+
+# -- a version's files, written by the promote task ------------------------------------------------------------
+#: Objects above this size are copied in parts (server side).
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+
+
+def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ()) -> str:
+    """Deterministic per checkpoint, so a retried promotion rewrites the same version.
+
+    Stamped with the result's ``finished_at`` when it has one, else with the newest ``LastModified`` of the
+    checkpoint's objects (the XCom result has no time of its own), then the trial id.
+    """
+    stamp: datetime | None = None
+    if result.get("finished_at"):
+        stamp = datetime.fromtimestamp(float(result["finished_at"]), tz=timezone.utc)
+    else:
+        times = [o["LastModified"] for o in objects if isinstance(o.get("LastModified"), datetime)]
+        if times:
+            stamp = max(times).astimezone(timezone.utc)
+    if stamp is None:
+        raise PromotionError("cannot name the version: the result has no finished_at and no listed objects")
+    return f"{stamp:%Y%m%dT%H%M%SZ}-{result.get('best_trial_id') or 'trial'}"
+
+
+def copy_checkpoint(
+    s3: Any,
+    source_uri: str,
+    bucket: str,
+    dest_prefix: str,
+    objects: Sequence[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Server-side copy of every object under ``source_uri`` (multipart for large ones); no download."""
+    from boto3.s3.transfer import TransferConfig
+
+    src_bucket, _ = split_s3_uri(source_uri)
+    if objects is None:
+        objects = list_checkpoint(s3, source_uri)
+    if not objects:
+        raise PromotionError(f"no objects found under the checkpoint {source_uri}")
+    config = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
+    copied = []
+    for obj in objects:
+        s3.copy({"Bucket": src_bucket, "Key": obj["Key"]}, bucket, f"{dest_prefix}/{obj['rel']}", Config=config)
+        copied.append({"key": obj["rel"], "size": obj["Size"], "etag": obj.get("ETag")})
+    return copied
+
+
+def model_card(context: Any, result: dict[str, Any], version: str, copied: list[dict[str, Any]]) -> dict[str, Any]:
+    """A version's ``model.json``: what was promoted, from which run and experiment, and its files' digests."""
+    ti = context["ti"]
+    return {
+        "version": version,
+        "metric": result.get("metric"),
+        "mode": result.get("mode"),
+        "value": (result.get("best_metrics") or {}).get(result.get("metric")),
+        "config": result.get("best_config"),
+        "metrics": result.get("best_metrics"),
+        "files": copied,
+        "checkpoint_files": result.get(CHECKPOINT_FILES_KEY),
+        "checkpoint_digest": result.get(CHECKPOINT_DIGEST_KEY),
+        "promoted_at": datetime.now(timezone.utc).isoformat(),
+        "provenance": {
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": context["run_id"],
+            "experiment": result.get("experiment"),
+            "experiment_uri": result.get("experiment_uri"),
+            "trial_id": result.get("best_trial_id"),
+            "source_checkpoint_uri": result.get("best_checkpoint_uri"),
+            "ray_job_id": result.get("job_id"),
+        },
+    }

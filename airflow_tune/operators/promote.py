@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
@@ -22,9 +21,20 @@ from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import PromotionError
 from airflow_tune.gates import GATES, beats, decision_record, gate_decision
 from airflow_tune.operators.promote_mlflow import MLflowPromotion
+from airflow_tune.operators.promote_model import ModelWriting
 from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY
-from airflow_tune.registry import CHAMPION_FILE, check_listing, read_champion, registry_asset, s3_client, split_s3_uri
-from airflow_tune.registry import list_checkpoint as _list_checkpoint
+from airflow_tune.registry import (
+    CHAMPION_FILE,
+    check_listing,
+    copy_checkpoint,
+    list_checkpoint,
+    model_card,
+    read_champion,
+    registry_asset,
+    s3_client,
+    split_s3_uri,
+    version_name,
+)
 from airflow_tune.registry_mlflow import is_mlflow_uri, registered_model_name
 
 __all__ = [
@@ -40,10 +50,8 @@ __all__ = [
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-MULTIPART_THRESHOLD = 64 * 1024 * 1024
 
-
-class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
+class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, SkipMixin):
     """Promote the best checkpoint of a tuning run into a model registry (on S3, or MLflow's) when it passes a gate.
 
     Returns what it did: ``promoted``, ``version``, ``uri`` (the promoted checkpoint), ``model_uri``, ``reason``
@@ -199,7 +207,6 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         from airflow_tune.contract import RESULT_FILE, manifest_uri, result_succeeded, xcom_result
         from airflow_tune.exceptions import ExperimentStorageError
         from airflow_tune.hooks.ray import RayHook
-        from airflow_tune.provenance import CHECKPOINT_FILES_KEY
 
         experiment_uri = str(given.get("experiment_uri") or "")
         where = manifest_uri(experiment_uri, RESULT_FILE)
@@ -243,10 +250,10 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         champion_value = champion.get("value") if champion else None
         source = result.get("best_checkpoint_uri")
         # Listed before the gate: the version is named from the checkpoint itself, so a retry finds it again.
-        objects = self.list_checkpoint(s3, str(source)) if source else []
+        objects = list_checkpoint(s3, str(source)) if source else []
         if source:
             check_listing(result, objects)
-        version = self.version_name(result, objects) if objects else None
+        version = version_name(result, objects) if objects else None
 
         if not source:
             decision = (False, "the best trial saved no checkpoint")
@@ -275,10 +282,10 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
             raise PromotionError(f"no objects found under the checkpoint {source}")
         registry_owner.claim_s3(s3, self.registry_uri, self.owner_name)
         version_prefix = f"{prefix}/versions/{version}"
-        copied = self.copy_checkpoint(
+        copied = copy_checkpoint(
             s3, str(source), bucket, f"{version_prefix}/{mlflow_model.CHECKPOINT_ARTIFACT}", objects=objects
         )
-        model = self.model_card(context, result, version, copied)
+        model = model_card(context, result, version, copied)
         mlflow_uri, mlflow_digest = None, None
         if kind == "pyfunc":
             # The version's folder is the MLflow Model: MLmodel and the loader beside the checkpoint's copy.
@@ -331,81 +338,6 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
                 context["outlet_events"][outlet].extra = {"version": version, "value": value, "metric": metric}
         return out
 
-    def check_loader_written(self) -> None:
-        """Refuse a ``model_loader`` that a mapped task got through ``expand()`` from an XCom: a loader is code."""
-        if self.loader is None:
-            return
-        from airflow_tune.code import arguments_mapped_from_data
-
-        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
-        if arguments_mapped_from_data(mapped_task, ["model_loader"]):
-            raise promote_written.PromotionTargetError(
-                "model_loader",
-                self.loader.source,
-                "it came from an XCom through expand(): a loader is code, written in the DAG file",
-                "Write model_loader in the DAG file (in partial(), or as the operator's argument)",
-            )
-
-    def model_kind(self, result: dict[str, Any], registry: str) -> str | None:
-        """What a promotion registers: ``"pyfunc"`` (an MLflow Model built around the checkpoint with
-        ``model_loader``), ``"checkpoint"`` (the checkpoint is an MLflow Model already: registered as it is) or None
-        (a bare checkpoint, which MLflow's clients cannot load: said in the task log)."""
-        if mlflow_model.holds_mlflow_model(result.get(CHECKPOINT_FILES_KEY)):
-            if self.loader is not None:
-                self.log.info(
-                    "The checkpoint holds an MLflow Model (MLmodel at its top): registering it as it is; "
-                    "model_loader %s is not used",
-                    self.loader.source,
-                )
-            return "checkpoint"
-        if self.loader is not None:
-            return "pyfunc"
-        self.log.warning(
-            "Registering the best checkpoint into %s as a bare Tune checkpoint: MLflow's clients "
-            "(mlflow.pyfunc.load_model, mlflow models serve, KServe/MLServer's MLflow runtimes) cannot load it (no "
-            "MLmodel); airflow_tune.checkpoints.download_checkpoint can. Give model_loader= (a "
-            "mlflow.pyfunc.PythonModel subclass or a load(checkpoint_dir) function) to register an MLflow Model",
-            registry,
-        )
-        return None
-
-    def write_model(self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str) -> tuple[str, str]:
-        """Build the MLflow Model's files around the checkpoint (:func:`airflow_tune.mlflow_model.build`) and put
-        them under ``s3://bucket/prefix``, where the checkpoint's objects are copied to ``checkpoint/``; returns
-        the model folder's URI and the digest of all its files."""
-        import os
-        import shutil
-        import tempfile
-
-        assert self.loader is not None
-        scratch = tempfile.mkdtemp(prefix="aft-promote-model-")
-        try:
-            folder = os.path.join(scratch, "model")
-            try:
-                written = mlflow_model.build(
-                    folder,
-                    self.loader,
-                    checkpoint_uri=str(result.get("best_checkpoint_uri")),
-                    requirements=self.model_requirements,
-                    signature=self.model_signature,
-                    input_example=self.model_input_example,
-                    metadata={
-                        "airflow_tune.version": version,
-                        "airflow_tune.experiment": str(result.get("experiment")),
-                    },
-                )
-            except ImportError as exc:
-                raise PromotionError(
-                    f"model_loader needs MLflow on this worker (pip install 'airflow-tune[mlflow]'): {exc}"
-                ) from exc
-            mlflow_model.upload(s3, folder, bucket, prefix)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        files = mlflow_model.model_files(written, result.get(CHECKPOINT_FILES_KEY) or {})
-        digest = mlflow_model.model_digest(files)
-        self.log.info("Wrote the MLflow Model s3://%s/%s (loader %s): %s", bucket, prefix, self.loader.source, digest)
-        return f"s3://{bucket}/{prefix}", digest
-
     def not_promoted(self, context: Context, out: dict[str, Any]) -> dict[str, Any]:
         """Return the decision of a winner held back: no registry change, so no Asset event for the deploy DAGs;
         its direct downstream tasks skipped when asked."""
@@ -433,77 +365,3 @@ class PromoteCheckpointOperator(MLflowPromotion, BaseOperator, SkipMixin):
         return lineage.operator_lineage(
             names, self.log, lambda: lineage_parameters.promote_parameters(self.returned, self.gate, self.threshold)
         )
-
-    # -- pieces -------------------------------------------------------------------------------------------------
-    @staticmethod
-    def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ()) -> str:
-        """Deterministic per checkpoint, so a retried promotion rewrites the same version.
-
-        Stamped with the result's ``finished_at`` when it has one, else with the newest ``LastModified`` of the
-        checkpoint's objects (the XCom result has no time of its own), then the trial id.
-        """
-        stamp: datetime | None = None
-        if result.get("finished_at"):
-            stamp = datetime.fromtimestamp(float(result["finished_at"]), tz=timezone.utc)
-        else:
-            times = [o["LastModified"] for o in objects if isinstance(o.get("LastModified"), datetime)]
-            if times:
-                stamp = max(times).astimezone(timezone.utc)
-        if stamp is None:
-            raise PromotionError("cannot name the version: the result has no finished_at and no listed objects")
-        return f"{stamp:%Y%m%dT%H%M%SZ}-{result.get('best_trial_id') or 'trial'}"
-
-    @staticmethod
-    def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]:
-        """The objects of the checkpoint under ``source_uri`` (S3 listing entries plus ``rel``, the relative key)."""
-        return _list_checkpoint(s3, source_uri)
-
-    def copy_checkpoint(
-        self,
-        s3: Any,
-        source_uri: str,
-        bucket: str,
-        dest_prefix: str,
-        objects: Sequence[dict[str, Any]] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Server-side copy of every object under ``source_uri`` (multipart for large ones); no download."""
-        from boto3.s3.transfer import TransferConfig
-
-        src_bucket, _ = split_s3_uri(source_uri)
-        if objects is None:
-            objects = self.list_checkpoint(s3, source_uri)
-        if not objects:
-            raise PromotionError(f"no objects found under the checkpoint {source_uri}")
-        config = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
-        copied = []
-        for obj in objects:
-            s3.copy({"Bucket": src_bucket, "Key": obj["Key"]}, bucket, f"{dest_prefix}/{obj['rel']}", Config=config)
-            copied.append({"key": obj["rel"], "size": obj["Size"], "etag": obj.get("ETag")})
-        return copied
-
-    def model_card(
-        self, context: Context, result: dict[str, Any], version: str, copied: list[dict[str, Any]]
-    ) -> dict[str, Any]:
-        ti = context["ti"]
-        return {
-            "version": version,
-            "metric": result.get("metric"),
-            "mode": result.get("mode"),
-            "value": (result.get("best_metrics") or {}).get(result.get("metric")),
-            "config": result.get("best_config"),
-            "metrics": result.get("best_metrics"),
-            "files": copied,
-            "checkpoint_files": result.get(CHECKPOINT_FILES_KEY),
-            "checkpoint_digest": result.get(CHECKPOINT_DIGEST_KEY),
-            "promoted_at": datetime.now(timezone.utc).isoformat(),
-            "provenance": {
-                "dag_id": ti.dag_id,
-                "task_id": ti.task_id,
-                "run_id": context["run_id"],
-                "experiment": result.get("experiment"),
-                "experiment_uri": result.get("experiment_uri"),
-                "trial_id": result.get("best_trial_id"),
-                "source_checkpoint_uri": result.get("best_checkpoint_uri"),
-                "ray_job_id": result.get("job_id"),
-            },
-        }

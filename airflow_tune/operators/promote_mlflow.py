@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_tune import registry_owner
 from airflow_tune.exceptions import PromotionError
+from airflow_tune.registry import copy_checkpoint, list_checkpoint
+from airflow_tune.registry import version_name as version_of
 
 #: The version tag of the checkpoint's content digest.
 TAG_DIGEST = "airflow_tune.checkpoint_digest"
@@ -46,21 +48,6 @@ class MLflowPromotion:
         def owner_name(self) -> str: ...
 
         def not_promoted(self, context: Context, out: dict[str, Any]) -> dict[str, Any]: ...
-
-        @staticmethod
-        def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ()) -> str: ...
-
-        @staticmethod
-        def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]: ...
-
-        def copy_checkpoint(
-            self,
-            s3: Any,
-            source_uri: str,
-            bucket: str,
-            dest_prefix: str,
-            objects: Sequence[dict[str, Any]] | None = None,
-        ) -> list[dict[str, Any]]: ...
 
         def model_kind(self, result: dict[str, Any], registry: str) -> str | None: ...
 
@@ -109,11 +96,11 @@ class MLflowPromotion:
         objects: list[dict[str, Any]] = []
         if source:
             # Listed before the gate: the version is named from the checkpoint itself, so a retry finds it again.
-            objects = self.list_checkpoint(self.s3_client(), str(source))
+            objects = list_checkpoint(self.s3_client(), str(source))
             if not objects:
                 raise PromotionError(f"no objects found under the checkpoint {source}")
             check_listing(result, objects)
-            version_name, digest = self.version_name(result, objects), result.get(CHECKPOINT_DIGEST_KEY)
+            version_name, digest = version_of(result, objects), result.get(CHECKPOINT_DIGEST_KEY)
 
         with hook.client() as client:
             registry = self.mlflow_registry(client, name, hook.tracking_uri)
@@ -219,7 +206,7 @@ class MLflowPromotion:
         if kind == "pyfunc":
             s3 = self.s3_client()
             bucket, prefix = split_s3_uri(model_folder_uri(str(result["experiment_uri"]), version_name))
-            self.copy_checkpoint(s3, source, bucket, f"{prefix}/checkpoint", objects=objects)
+            copy_checkpoint(s3, source, bucket, f"{prefix}/checkpoint", objects=objects)
             uri, model_digest = self.write_model(s3, result, bucket, prefix, version_name)
             tags.update({MODEL_TAG: "pyfunc", MODEL_URI_TAG: uri, MODEL_DIGEST_TAG: model_digest})
             return uri

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from airflow_tune import registry as s3_registry
 from airflow_tune.contract import inside_experiment
 from airflow_tune.exceptions import PromotionError
 from airflow_tune.operators import promote as promote_module
@@ -192,7 +193,7 @@ def seed_champion(s3: Any, registry: str, value: float, mode: str = "min") -> by
 
 @pytest.mark.timeout(90)
 def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipart_one(s3_calls, reader, monkeypatch):
-    monkeypatch.setattr(promote_module, "MULTIPART_THRESHOLD", 5 * MIB + 1)
+    monkeypatch.setattr("airflow_tune.registry.MULTIPART_THRESHOLD", 5 * MIB + 1)
     files = {
         "state.json": b'{"step": 2}',
         "model.bin": os.urandom(6 * MIB),  # > threshold: CreateMultipartUpload + UploadPartCopy x2
@@ -250,7 +251,7 @@ def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipa
 
 @pytest.mark.timeout(90)
 def test_the_pointer_moves_last_and_a_reader_following_it_always_finds_every_file(s3_calls, reader, monkeypatch):
-    monkeypatch.setattr(promote_module, "MULTIPART_THRESHOLD", 5 * MIB + 1)
+    monkeypatch.setattr("airflow_tune.registry.MULTIPART_THRESHOLD", 5 * MIB + 1)
     registry = registry_uri()
     bucket, prefix = promote_module.split_s3_uri(registry)
     seen: list[str | None] = []
@@ -326,7 +327,7 @@ def test_a_retried_promotion_rewrites_the_same_version_and_still_counts_as_promo
     assert context["outlet_events"][outlet].extra["version"] == out1["version"]
     # A different run of the same result is the same version too (named from the checkpoint, not the clock).
     assert (
-        PromoteCheckpointOperator.version_name(result, PromoteCheckpointOperator.list_checkpoint(reader, source))
+        s3_registry.version_name(result, s3_registry.list_checkpoint(reader, source))
         == (out1["version"])
     )
 

@@ -1,0 +1,101 @@
+"""How PromoteCheckpointOperator makes the winner an MLflow Model (:mod:`airflow_tune.mlflow_model`): whether the
+loader was written in the DAG file, what a promotion registers, and the model's files beside the checkpoint's copy.
+The same for both registries (S3 and MLflow's)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow_tune import mlflow_model, promote_written
+from airflow_tune.exceptions import PromotionError
+from airflow_tune.provenance import CHECKPOINT_FILES_KEY
+
+
+class ModelWriting:
+    """PromoteCheckpointOperator's MLflow Model steps (a mixin: ``loader``, ``model_*`` are the operator's)."""
+
+    if TYPE_CHECKING:
+        loader: mlflow_model.LoaderSpec | None
+        model_requirements: Any
+        model_signature: Any
+        model_input_example: Any
+        log: Any
+        dag: Any
+        task_id: str
+
+        def has_dag(self) -> bool: ...
+
+    def check_loader_written(self) -> None:
+        """Refuse a ``model_loader`` that a mapped task got through ``expand()`` from an XCom: a loader is code."""
+        if self.loader is None:
+            return
+        from airflow_tune.code import arguments_mapped_from_data
+
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        if arguments_mapped_from_data(mapped_task, ["model_loader"]):
+            raise promote_written.PromotionTargetError(
+                "model_loader",
+                self.loader.source,
+                "it came from an XCom through expand(): a loader is code, written in the DAG file",
+                "Write model_loader in the DAG file (in partial(), or as the operator's argument)",
+            )
+
+    def model_kind(self, result: dict[str, Any], registry: str) -> str | None:
+        """What a promotion registers: ``"pyfunc"`` (an MLflow Model built around the checkpoint with
+        ``model_loader``), ``"checkpoint"`` (the checkpoint is an MLflow Model already: registered as it is) or None
+        (a bare checkpoint, which MLflow's clients cannot load: said in the task log)."""
+        if mlflow_model.holds_mlflow_model(result.get(CHECKPOINT_FILES_KEY)):
+            if self.loader is not None:
+                self.log.info(
+                    "The checkpoint holds an MLflow Model (MLmodel at its top): registering it as it is; "
+                    "model_loader %s is not used",
+                    self.loader.source,
+                )
+            return "checkpoint"
+        if self.loader is not None:
+            return "pyfunc"
+        self.log.warning(
+            "Registering the best checkpoint into %s as a bare Tune checkpoint: MLflow's clients "
+            "(mlflow.pyfunc.load_model, mlflow models serve, KServe/MLServer's MLflow runtimes) cannot load it (no "
+            "MLmodel); airflow_tune.checkpoints.download_checkpoint can. Give model_loader= (a "
+            "mlflow.pyfunc.PythonModel subclass or a load(checkpoint_dir) function) to register an MLflow Model",
+            registry,
+        )
+        return None
+
+    def write_model(self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str) -> tuple[str, str]:
+        """Build the MLflow Model's files around the checkpoint (:func:`airflow_tune.mlflow_model.build`) and put
+        them under ``s3://bucket/prefix``, where the checkpoint's objects are copied to ``checkpoint/``; returns
+        the model folder's URI and the digest of all its files."""
+        import os
+        import shutil
+        import tempfile
+
+        assert self.loader is not None
+        scratch = tempfile.mkdtemp(prefix="aft-promote-model-")
+        try:
+            folder = os.path.join(scratch, "model")
+            try:
+                written = mlflow_model.build(
+                    folder,
+                    self.loader,
+                    checkpoint_uri=str(result.get("best_checkpoint_uri")),
+                    requirements=self.model_requirements,
+                    signature=self.model_signature,
+                    input_example=self.model_input_example,
+                    metadata={
+                        "airflow_tune.version": version,
+                        "airflow_tune.experiment": str(result.get("experiment")),
+                    },
+                )
+            except ImportError as exc:
+                raise PromotionError(
+                    f"model_loader needs MLflow on this worker (pip install 'airflow-tune[mlflow]'): {exc}"
+                ) from exc
+            mlflow_model.upload(s3, folder, bucket, prefix)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        files = mlflow_model.model_files(written, result.get(CHECKPOINT_FILES_KEY) or {})
+        digest = mlflow_model.model_digest(files)
+        self.log.info("Wrote the MLflow Model s3://%s/%s (loader %s): %s", bucket, prefix, self.loader.source, digest)
+        return f"s3://{bucket}/{prefix}", digest
