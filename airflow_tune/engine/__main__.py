@@ -172,7 +172,6 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
     import ray
 
     from airflow_tune.engine import compat
-    from airflow_tune.engine.build import build_tuner, experiment_state_exists
     from airflow_tune.engine.feasibility import FeasibilityCallback
     from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
@@ -180,6 +179,7 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
     from airflow_tune.engine.result_manifest import bounded_result, build_result_manifest
     from airflow_tune.engine.sealing import record_checkpoint_digests, write_sealed
     from airflow_tune.engine.state_seals import StateSealer, parse_restore_state, seal_tune_state
+    from airflow_tune.engine.tuner import build_tuner, experiment_state_exists
 
     result_uri = manifest_uri(spec.experiment_uri, RESULT_FILE)
     check_spec_unchanged(spec)

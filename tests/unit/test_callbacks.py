@@ -16,8 +16,9 @@ from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
 from airflow_tune import code
-from airflow_tune.engine import build, compat
 from airflow_tune.engine import callbacks as engine_callbacks
+from airflow_tune.engine import compat
+from airflow_tune.engine import tuner as tuner_module
 from airflow_tune.engine.imports import EngineError, import_path
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.spec import ExperimentSpec, SpecError, code_references
@@ -266,5 +267,5 @@ def test_a_restored_experiment_runs_the_specs_callbacks_not_the_pickled_ones():
     run_config = SimpleNamespace(callbacks=[object(), *first])  # as tuner.pkl holds them: the engine's and the spec's
     tuner = SimpleNamespace(_local_tuner=SimpleNamespace(_run_config=run_config))
     now = engine_callbacks.build_callbacks(_spec(callbacks=[{"factory": EVIDENCE, "args": {"uri": "new"}}]))
-    build._replace_callbacks(tuner, now)  # type: ignore[arg-type]
+    tuner_module._replace_callbacks(tuner, now)  # type: ignore[arg-type]
     assert run_config.callbacks == now and [cb.uri for cb in run_config.callbacks] == ["new"]
