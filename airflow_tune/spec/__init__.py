@@ -6,7 +6,8 @@
 - :mod:`~airflow_tune.spec.parts`: scheduler, searcher, resources, checkpoints, failures, each checking itself
   (with :mod:`~airflow_tune.spec.arguments`, the arguments Tune's schedulers and searchers take, and
   :mod:`~airflow_tune.spec.resources`, the resource names and amounts Ray accepts);
-- :mod:`~airflow_tune.spec.experiment`: the whole spec, its cross-field checks and its identity (fingerprint);
+- :mod:`~airflow_tune.spec.experiment`: the whole spec and its cross-field checks; :mod:`~airflow_tune.spec.identity`
+  its identity (fingerprint) and what a restore cannot take;
 - :mod:`~airflow_tune.spec.naming`: experiment names and storage paths.
 
 Imports neither airflow nor ray.
@@ -17,10 +18,12 @@ from airflow_tune.spec.errors import SpecError
 from airflow_tune.spec.experiment import (
     BEST_SCOPES,
     ERRORED_TRIAL_POLICIES,
-    IDENTITY_FIELDS,
     SPEC_VERSION,
     ExperimentSpec,
     code_references,
+)
+from airflow_tune.spec.identity import (
+    IDENTITY_FIELDS,
     fingerprint_of,
     identity_differences,
     identity_of,
