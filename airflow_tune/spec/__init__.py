@@ -1,7 +1,8 @@
 """The experiment spec, as plain JSON: the one input both sides share.
 
 - :mod:`~airflow_tune.spec.space`: the search-space grammar (primitives, their arguments by Tune's names, their
-  checks, what Tune would run as code, the import paths a space names, a JSON schema for trigger forms);
+  checks, what Tune would run as code, the import paths a space names), and :mod:`~airflow_tune.spec.form_schema`
+  its JSON schema for trigger forms;
 - :mod:`~airflow_tune.spec.tune_objects`: Tune's own sample objects as the JSON form, and what a spec cannot carry;
 - :mod:`~airflow_tune.spec.parts`: scheduler, searcher, resources, checkpoints, failures, each checking itself
   (with :mod:`~airflow_tune.spec.arguments`, the arguments Tune's schedulers and searchers take, and
@@ -22,6 +23,7 @@ from airflow_tune.spec.experiment import (
     ExperimentSpec,
     code_references,
 )
+from airflow_tune.spec.form_schema import search_space_schema
 from airflow_tune.spec.identity import (
     IDENTITY_FIELDS,
     fingerprint_of,
@@ -49,7 +51,6 @@ from airflow_tune.spec.space import (
     TUNE_DECODER_KEYS,
     non_finite_numbers,
     primitive_of,
-    search_space_schema,
     tune_code_nodes,
 )
 

@@ -20,7 +20,7 @@ import pytest
 
 from airflow_tune.spec import PRIMITIVES, SEARCHERS, ExperimentSpec, SpecError
 from airflow_tune.spec.compatibility import SEARCHER_SPACES, searcher_primitives
-from airflow_tune.spec.space import search_space_schema
+from airflow_tune.spec.form_schema import search_space_schema
 
 BASE: dict[str, Any] = {
     "trainable": "my_pkg.train:train_fn",
