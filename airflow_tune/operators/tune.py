@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -11,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
-from airflow_tune import code, proofs, ray_extra, reconcile, roots
-from airflow_tune.contract import RESULT_KEYS, engine_command, xcom_result
+from airflow_tune import code, ray_extra, reconcile, roots
+from airflow_tune.contract import RESULT_KEYS, xcom_result
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.operators.tune_spec import SPEC_FIELDS, TuneSpecBuilder, engine_package_dir
+from airflow_tune.operators.tune_submit import JobSubmission
 from airflow_tune.operators.tune_wait import JobWaiting
 from airflow_tune.promote_written import Written
 from airflow_tune.spec import ExperimentSpec
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["RESULT_KEYS", "RayTuneOperator", "engine_package_dir"]
 
 
-class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
+class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     """Run a Ray Tune hyperparameter search on a Ray cluster and return the best trial through XCom.
 
     The experiment runs as a Ray job whose driver (``python -m airflow_tune.engine``, shipped with the job) builds
@@ -288,84 +288,6 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobWaiting):
                 self.hook.stop_job(self.job_id)
             except Exception:
                 self.log.exception("Could not stop Ray job %s", self.job_id)
-
-    def resume_or_submit(self, context: Context, spec: ExperimentSpec) -> tuple[str | None, dict[str, Any] | None]:
-        """Reattach to a live job of this experiment, return a finished result, or submit a job that restores.
-
-        What is found under the name must be this task's and ask this spec's question
-        (:func:`~airflow_tune.reconcile.find_experiment`); another task's is refused naming its owner, this task's
-        with another spec naming what differs.
-
-        :return: the job id, and the finished result when there is one.
-        """
-        for _ in range(2):
-            found = reconcile.find_experiment(self.hook, spec)
-            if found.live is not None:
-                job_id = str(found.live["submission_id"])
-                self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
-                reconcile.remember_job(context, job_id, self.log)
-                return job_id, None
-            if found.result is not None:
-                return found.result.get("job_id") or (found.jobs[0]["submission_id"] if found.jobs else None), (
-                    found.result
-                )
-            if found.jobs:
-                self.log.info(
-                    "Experiment %s has %d earlier job(s), none live: the new job restores it from %s",
-                    spec.name,
-                    len(found.jobs),
-                    spec.experiment_uri,
-                )
-            job_id = reconcile.next_job_id(spec, found)
-            restore_after = reconcile.restore_licence(spec, found, reconcile.remembered_job(context))
-            restore_state = proofs.restore_state_proof(self.hook, spec, found.jobs, restore_after, self.log)
-            try:
-                self.submit_experiment(context, spec, job_id, restore_after, restore_state)
-            except RayJobError as exc:
-                if "already exists" not in str(exc):
-                    raise
-                self.log.info("Ray job %s was submitted by another try at the same moment; looking again", job_id)
-                continue
-            reconcile.remember_job(context, job_id, self.log)
-            return job_id, None
-        raise RayJobError(f"experiment {spec.name}: jobs kept appearing while submitting; retry the task")
-
-    def submit_experiment(
-        self,
-        context: Context,
-        spec: ExperimentSpec,
-        job_id: str,
-        restore_after: str | None = None,
-        restore_state: dict[str, str] | None = None,
-    ) -> None:
-        """Write the job's spec and submit the driver, with the trainable shipped by value when it must be; the
-        driver restores saved Tune state only when ``restore_after`` names the earlier job that wrote it, and only
-        the files ``restore_state`` names (see :func:`~airflow_tune.proofs.restore_state_proof`)."""
-        # Before anything is written or submitted: the experiment's folder is its own and the tracking server answers
-        # (check_before_writing); the engine runs on the cluster Ray.
-        self.check_before_writing(spec)
-        cluster_ray = self.hook.check_ray_version()
-        if self.trainable_object is not None and self.trainable_code.by_value:
-            ray_extra.refuse_by_value(self.trainable_code.source, cluster_ray, self.hook.cluster_python())
-        spec_uri, spec_digest = reconcile.write_job_spec(spec, job_id)
-        metadata = reconcile.job_metadata(
-            spec, spec_uri, spec_digest, run_id=context["run_id"], try_number=getattr(context["ti"], "try_number", "")
-        )
-        with contextlib.ExitStack() as stack:
-            shipped = []
-            if self.trainable_object is not None and self.trainable_code.by_value:
-                shipped.append(stack.enter_context(code.shipped_package(self.trainable_code)))
-                self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
-            self.hook.submit_job(
-                entrypoint=engine_command(
-                    spec_uri, spec_digest, restore_after=restore_after, restore_state=restore_state
-                ),
-                submission_id=job_id,
-                runtime_env=self.build_runtime_env(spec, job_id, shipped),
-                metadata=metadata,
-                same_ray_version=False,  # checked above
-            )
-        self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
 
     # -- results ------------------------------------------------------------------------------------------------
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:
