@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from airflow_tune.namespaces import server_namespace
+
 #: Schemes whose URIs are named ``<scheme>://<bucket>`` + key (``gcs://`` is gs:// under another name).
 _BUCKET_SCHEMES = {"s3": "s3", "gs": "gs", "gcs": "gs"}
 
@@ -44,20 +46,6 @@ def dataset_name(uri: Any) -> Name | None:
     if scheme == "file" and parts.path.startswith("/") and (host or not parts.netloc):
         return (f"file://{host}" if host else "file", parts.path.rstrip("/") or "/")
     return None
-
-
-def server_namespace(uri: Any, default: str = "mlflow") -> str:
-    """The namespace of a server's URI (the MLflow tracking server's): ``scheme://host[:port]``, without userinfo,
-    path, query or fragment; ``default`` when it is none."""
-    try:
-        parts = urlsplit(str(uri or ""))
-        port = parts.port
-    except ValueError:
-        return default
-    if not parts.scheme or not parts.hostname:
-        return default
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port is not None else "")
 
 
 def _unique(uris: Iterable[Any]) -> list[Name]:

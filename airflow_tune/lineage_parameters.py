@@ -10,7 +10,7 @@ the gate's decision (promoted or not, the reason, the version written, the gate 
 The facet's values are strings (its schema types them so): a string as it is, anything else as JSON text
 (``jsonsafe``'s, so a NaN is ``"NaN"``, never a bare ``NaN`` token). Every string is cleared of credentials first: a
 URI anywhere in a value loses its userinfo, query and fragment (``s3://u:pw@bkt/x?token=y`` becomes ``s3://bkt/x``),
-through :func:`airflow_tune.lineage.server_namespace`, as dataset names do.
+through :func:`airflow_tune.namespaces.server_namespace`, as dataset names do.
 
 A value is at most :data:`MAX_VALUE_CHARS` characters. The events go to whatever reads the lineage backend (HTTP,
 Kafka with its 1 MB default message limit, a file), beside the OpenLineage provider's own facets (which already hold
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_tune import __version__, jsonsafe
-from airflow_tune.lineage import server_namespace
+from airflow_tune.namespaces import server_namespace
 
 #: The run facet's key in an event's ``run.facets`` (the spec's name for ExecutionParametersRunFacet).
 FACET_KEY = "executionParameters"
