@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_tune.spec.errors import Errors, is_number
+from airflow_tune.spec.points import missing_paths
 from airflow_tune.spec.space import (
     PARAMETERS,
     PRIMITIVES,
@@ -357,8 +358,6 @@ def _check_evaluated_rewards(rewards: Any, points: Any, space: Any, errors: Erro
         return
     if not isinstance(space, Mapping):
         return
-    from airflow_tune.spec.points import missing_paths  # points imports parts, which imports this module
-
     for i, point in enumerate(points):
         missing = missing_paths(point, space) if isinstance(point, Mapping) else []
         if missing:

@@ -26,8 +26,9 @@ from airflow_tune.spec.parts import (
     SchedulerSpec,
     SearchSpec,
     build_part,
+    seeded_searcher,
 )
-from airflow_tune.spec.points import point_problems, seeded_searcher
+from airflow_tune.spec.points import point_problems
 from airflow_tune.spec.space import (
     IMPORT_PATH,
     check_param_space,

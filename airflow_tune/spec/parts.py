@@ -304,3 +304,14 @@ def build_part(key: str, value: Any, errors: Errors) -> Any:
 
 def field_list(cls: type) -> str:
     return ", ".join(f.name for f in fields(cls))
+
+
+def seeded_searcher(search: Any) -> str | None:
+    """Who takes a spec's points: a named searcher, ``"factory"``, or None for the random/grid one (which fills
+    missing keys and sets constants itself)."""
+    if not isinstance(search, SearchSpec):
+        return None
+    if search.factory is not None:
+        return "factory"
+    name = str(search.name).lower()
+    return None if name in ("random", "grid") else name

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tune.spec.parts import SearchSpec
 from airflow_tune.spec.space import primitive_of
 
 Path = tuple[str, ...]
@@ -128,17 +127,6 @@ def restrict(config: Any, space: Any) -> dict[str, Any]:
             if inner:
                 out[key] = inner
     return out
-
-
-def seeded_searcher(search: Any) -> str | None:
-    """Who takes a spec's points: a named searcher, ``"factory"``, or None for the random/grid one (which fills
-    missing keys and sets constants itself)."""
-    if not isinstance(search, SearchSpec):
-        return None
-    if search.factory is not None:
-        return "factory"
-    name = str(search.name).lower()
-    return None if name in ("random", "grid") else name
 
 
 def point_problems(point: Mapping[str, Any], space: Mapping[str, Any], searcher: str | None) -> list[tuple[str, str]]:
