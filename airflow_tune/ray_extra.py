@@ -17,13 +17,10 @@ reconstructors (``_make_function``, ``_make_skeleton_class``, ``_make_skeleton_e
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
-import os
 import sys
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from airflow_tune.exceptions import AirflowTuneException
@@ -141,43 +138,6 @@ def by_value_problem(here_ray: str | None, cluster_ray: str, cluster_python: str
         f"{cluster_ray}; airflow-tune tests pickles between the releases of {describe_supported_ray()} only: run one "
         "of them on both sides, or ship the trainable by import path"
     )
-
-
-# -- Ray's own client, for what only it ships (local folders other than the engine) --------------------------------
-
-_ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
-_ENV_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def ray_address_env_ignored() -> Iterator[None]:
-    """Hide RAY_API_SERVER_ADDRESS / RAY_ADDRESS: Ray lets them override an explicit address; the connection wins."""
-    with _ENV_LOCK:
-        saved = {name: os.environ.pop(name) for name in _ADDRESS_ENV_VARS if name in os.environ}
-        try:
-            yield
-        finally:
-            os.environ.update(saved)
-
-
-def bounded_ray_client(endpoint: Any, request_timeout: float) -> Any:
-    """Ray's ``JobSubmissionClient`` for ``endpoint`` with a timeout on every request (Ray sets none)."""
-    from ray.job_submission import JobSubmissionClient
-
-    from airflow_tune.hooks.transport import CONNECT_TIMEOUT
-
-    class _BoundedClient(JobSubmissionClient):  # type: ignore[misc]
-        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:  # type: ignore[override]
-            kwargs.setdefault("timeout", (CONNECT_TIMEOUT, request_timeout))
-            return super()._do_request(method, endpoint, **kwargs)
-
-    with ray_address_env_ignored():
-        return _BoundedClient(
-            endpoint.url,
-            headers=dict(endpoint.headers),
-            cookies=dict(endpoint.cookies) or None,
-            verify=endpoint.verify,
-        )
 
 
 def refuse_by_value(source: str, cluster_ray: str, cluster_python: str | None = None) -> None:

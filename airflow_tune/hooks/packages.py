@@ -16,11 +16,13 @@ side (the provider's ``ray`` extra; see :mod:`airflow_tune.ray_extra`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +144,6 @@ def _upload_with_ray(endpoint: Any, runtime_env: dict[str, Any], request_timeout
     import copy
 
     from airflow_tune.hooks.transport import translate_error
-    from airflow_tune.ray_extra import bounded_ray_client
 
     env = copy.deepcopy(runtime_env)
     try:
@@ -152,3 +153,40 @@ def _upload_with_ray(endpoint: Any, runtime_env: dict[str, Any], request_timeout
     except Exception as exc:
         raise translate_error(exc, url=endpoint.url, action="upload the job's local code") from exc
     return env
+
+
+# -- Ray's own client, for what only it ships (local folders other than the engine) --------------------------------
+
+_ADDRESS_ENV_VARS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def ray_address_env_ignored() -> Iterator[None]:
+    """Hide RAY_API_SERVER_ADDRESS / RAY_ADDRESS: Ray lets them override an explicit address; the connection wins."""
+    with _ENV_LOCK:
+        saved = {name: os.environ.pop(name) for name in _ADDRESS_ENV_VARS if name in os.environ}
+        try:
+            yield
+        finally:
+            os.environ.update(saved)
+
+
+def bounded_ray_client(endpoint: Any, request_timeout: float) -> Any:
+    """Ray's ``JobSubmissionClient`` for ``endpoint`` with a timeout on every request (Ray sets none)."""
+    from ray.job_submission import JobSubmissionClient
+
+    from airflow_tune.hooks.transport import CONNECT_TIMEOUT
+
+    class _BoundedClient(JobSubmissionClient):  # type: ignore[misc]
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:  # type: ignore[override]
+            kwargs.setdefault("timeout", (CONNECT_TIMEOUT, request_timeout))
+            return super()._do_request(method, endpoint, **kwargs)
+
+    with ray_address_env_ignored():
+        return _BoundedClient(
+            endpoint.url,
+            headers=dict(endpoint.headers),
+            cookies=dict(endpoint.cookies) or None,
+            verify=endpoint.verify,
+        )
