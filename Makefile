@@ -149,10 +149,11 @@ demo: venv mlflow-venv ## the retraining DAG twice on a local Ray head, S3 endpo
 docs: venv ## build the docs (docs/, Sphinx) into .artifacts/docs, warnings as errors
 	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs .artifacts/docs
 
-lint: venv ## ruff (check and format) and mypy
+lint: venv ## ruff (check and format), mypy and the import contract (lint-imports)
 	$(VENV)/bin/ruff check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/ruff format --check airflow_tune tests dags benchmarks demo
 	$(VENV)/bin/mypy airflow_tune
+	$(VENV)/bin/lint-imports
 
 # Three pytest workers, each with its own Ray head, S3 endpoint and Airflow home (four were slower: the 2 cores are
 # busy the whole run); a file's tests stay on one worker, so module-scoped stacks start once. Files are handed out in
