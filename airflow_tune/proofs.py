@@ -69,7 +69,13 @@ def proven_result(
 
 
 def restore_state_proof(
-    hook: RayHook, spec: ExperimentSpec, jobs: Sequence[Mapping[str, Any]], licence: str | None, log: Any = None
+    hook: RayHook,
+    spec: ExperimentSpec,
+    jobs: Sequence[Mapping[str, Any]],
+    licence: str | None,
+    log: Any = None,
+    *,
+    allow_unproven: bool = False,
 ) -> dict[str, str] | None:
     """The Tune state files the next job may restore (``{file name: digest}``, passed in its entrypoint), or None
     when there is nothing to restore; raise when one of them is not proven to be this experiment's.
@@ -77,9 +83,9 @@ def restore_state_proof(
     Proven means: one of ``jobs``, the experiment's in Ray's job list (owner-checked by
     :func:`~airflow_tune.reconcile.find_experiment`), vouched for
     exactly those bytes in its log (:mod:`airflow_tune.engine.state_seals`). A cluster that lost its job history
-    (the licence is this task's own record of an earlier try) keeps no logs: the files are then restored as found now
-    (the engine refuses them if they change before it reads them), and the task log says that nothing proves who
-    wrote them.
+    (the licence is this task's own record of an earlier try) keeps no logs: the restore is then refused, unless the
+    DAG file set ``allow_unproven`` (``restore_unproven_state``): then the files are restored as found now (the engine
+    refuses them if they change before it reads them), and the task log says that nothing proves who wrote them.
     """
     from airflow_tune.provenance import is_tune_state, unproven_state
 
@@ -87,10 +93,19 @@ def restore_state_proof(
         return None
     state = {k: v for k, v in storage.file_digests(spec.experiment_uri, recursive=False).items() if is_tune_state(k)}
     if not jobs:
+        if not allow_unproven:
+            raise ExperimentStorageError(
+                f"the Tune state at {spec.experiment_uri} was saved by job {licence}, which the cluster no longer "
+                "knows (a new head lost the job history, its logs with it): nothing proves these files are the ones it "
+                "wrote, and restoring unpickles them. Refusing to restore: give this task another experiment_name "
+                "(or remove the folder) to start again, or, where no one else can write that storage, set "
+                "restore_unproven_state=True in the DAG file"
+            )
         if log is not None:
             log.warning(
-                "Restoring the Tune state at %s that job %s saved: the cluster no longer knows that job (a new "
-                "head), so its log cannot prove these files are the ones it wrote",
+                "Restoring the Tune state at %s that job %s saved, unproven (restore_unproven_state=True): the "
+                "cluster no longer knows that job (a new head), so its log cannot prove these files are the ones "
+                "it wrote",
                 spec.experiment_uri,
                 licence,
             )

@@ -109,6 +109,10 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         no node can run its driver) is stopped and the task fails saying so; None waits for ``execution_timeout``.
     :param stop_wait_s: how long Ray waits for the driver to save state after the stop signal.
     :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
+    :param restore_unproven_state: after the Ray cluster lost its job history (a new head), a retry restores the
+        experiment's saved Tune state only when this is True: no job log is left to prove that this experiment's jobs
+        wrote those files, and restoring unpickles them. Set it only where no one else can write the storage path;
+        written in the DAG file (never templated, never mapped from an XCom).
     """
 
     # working_dir, py_modules, pip and runtime_env choose the code the cluster runs: never rendered.
@@ -171,6 +175,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         pending_timeout_s: float | None = 600.0,
         stop_wait_s: int = 60,
         ship_engine: bool = True,
+        restore_unproven_state: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -231,6 +236,12 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         self.pending_timeout_s = pending_timeout_s
         self.stop_wait_s = stop_wait_s
         self.ship_engine = ship_engine
+        if not isinstance(restore_unproven_state, bool):
+            raise TypeError(
+                f"restore_unproven_state must be True or False, written in the DAG file; got "
+                f"{type(restore_unproven_state).__name__}"
+            )
+        self.restore_unproven_state = restore_unproven_state
         self.job_id: str | None = None
         self.spec: ExperimentSpec | None = None
         self.returned: dict[str, Any] | None = None  # the XCom result, for lineage (also after a deferral)

@@ -26,10 +26,15 @@ class JobSubmission:
     log: Any
     trainable_object: Any
     trainable_code: Any
+    restore_unproven_state: bool
+    dag: Any
+    task_id: str
 
     if TYPE_CHECKING:
 
         def check_before_writing(self, spec: ExperimentSpec) -> None: ...
+
+        def has_dag(self) -> bool: ...
 
         def build_runtime_env(self, spec: ExperimentSpec, job_id: str, shipped: list[str]) -> dict[str, Any]: ...
 
@@ -62,7 +67,9 @@ class JobSubmission:
                 )
             job_id = reconcile.next_job_id(spec, found)
             restore_after = reconcile.restore_licence(spec, found, reconcile.remembered_job(context))
-            restore_state = proofs.restore_state_proof(self.hook, spec, found.jobs, restore_after, self.log)
+            restore_state = proofs.restore_state_proof(
+                self.hook, spec, found.jobs, restore_after, self.log, allow_unproven=self.unproven_restore_allowed()
+            )
             try:
                 self.submit_experiment(context, spec, job_id, restore_after, restore_state)
             except RayJobError as exc:
@@ -110,3 +117,16 @@ class JobSubmission:
                 same_ray_version=False,  # checked above
             )
         self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
+
+    def unproven_restore_allowed(self) -> bool:
+        """``restore_unproven_state``, as the DAG file wrote it: a mapped task that got it from an XCom through
+        ``expand()`` is refused (it licenses unpickling, so it is code, not data)."""
+        if not self.restore_unproven_state:
+            return False
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        if code.arguments_mapped_from_data(mapped_task, ["restore_unproven_state"]):
+            raise ValueError(
+                "restore_unproven_state came from an XCom through expand(): it licenses unpickling saved state, so "
+                "write it in the DAG file (in partial(), or as the operator's argument)"
+            )
+        return True

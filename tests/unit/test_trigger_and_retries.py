@@ -236,7 +236,7 @@ def _sealed(manifest: Any) -> str:
     return "some output\n" + seal_line(RESULT_FILE, digest_of(_bytes(manifest))) + "\n"
 
 
-def _op(space: dict[str, Any] | None = None) -> RayTuneOperator:
+def _op(space: dict[str, Any] | None = None, **kwargs: Any) -> RayTuneOperator:
     return RayTuneOperator(
         task_id="tune",
         trainable="pkg.mod:train",
@@ -246,6 +246,7 @@ def _op(space: dict[str, Any] | None = None) -> RayTuneOperator:
         experiment_name="exp",
         param_space=space or {"x": {"grid_search": [1, 2]}},
         ship_engine=False,
+        **kwargs,
     )
 
 
@@ -438,12 +439,18 @@ def test_the_next_job_restores_only_state_a_known_job_of_the_experiment_saved(fi
     with pytest.raises(ExperimentStorageError, match="tuner.pkl: its bytes .* are none that this experiment's jobs"):
         _resume(_op(), jobs)
     assert jobs.submitted == []
-    # A cluster that lost its job history: the earlier try's own record (task_state_store) licenses it, and no log
-    # can prove the files: they are restored as found at submission.
+    # A cluster that lost its job history: the earlier try's own record (task_state_store) licenses it, but no log
+    # is left to prove the files: refused, unless the DAG file says its storage is its own.
+    context = {**_context(), "task_state_store": SimpleNamespace(get=lambda key: "exp-1", set=lambda k, v: None)}
     jobs = FakeJobs()
     op = _op()
     op.__dict__["hook"] = jobs
-    context = {**_context(), "task_state_store": SimpleNamespace(get=lambda key: "exp-1", set=lambda k, v: None)}
+    with pytest.raises(ExperimentStorageError, match="no longer knows .* set restore_unproven_state=True"):
+        op.resume_or_submit(context, op.build_spec(context))  # type: ignore[arg-type]
+    assert jobs.submitted == []
+    jobs = FakeJobs()
+    op = _op(restore_unproven_state=True)
+    op.__dict__["hook"] = jobs
     assert op.resume_or_submit(context, op.build_spec(context)) == ("exp-1", None)  # type: ignore[arg-type]
     assert jobs.submitted[0]["entrypoint"].endswith(restore)
     # A first job: nothing to restore, and no licence.
@@ -485,3 +492,34 @@ def test_any_other_submit_error_fails_the_try(files):
     jobs = FakeJobs(submit_errors=[RayJobError("The Ray Jobs API failed to submit (HTTP 400): bad runtime_env")])
     with pytest.raises(RayJobError, match="bad runtime_env"):
         _resume(_op(), jobs)
+
+
+def test_restore_unproven_state_is_a_bool_written_in_the_dag_file():
+    with pytest.raises(TypeError, match="restore_unproven_state must be True or False"):
+        _op(restore_unproven_state="{{ params.trust }}")  # type: ignore[arg-type]
+    assert "restore_unproven_state" not in RayTuneOperator.template_fields
+
+
+def test_restore_unproven_state_mapped_from_an_xcom_is_refused_and_a_literal_expand_list_is_code():
+    from unittest import mock
+
+    from airflow.sdk import DAG, task
+
+    @task
+    def chosen() -> list[bool]:
+        return [True]
+
+    fixed = {"trainable": "pkg.mod:train", "storage_path": "s3://bkt/exps", "metric": "loss", "mode": "min"}
+    for source, refused in ((chosen(), True), ([True], False)):
+        with DAG("aft_unit_unproven_mapped", schedule=None) as dag:
+            RayTuneOperator.partial(task_id="tune", **fixed).expand(restore_unproven_state=source)
+        op = dag.task_dict["tune"].unmap({"restore_unproven_state": True})
+        with (
+            mock.patch.object(RayTuneOperator, "dag", dag),
+            mock.patch.object(RayTuneOperator, "has_dag", lambda _: True),
+        ):
+            if refused:
+                with pytest.raises(ValueError, match="restore_unproven_state came from an XCom through expand"):
+                    op.unproven_restore_allowed()
+            else:
+                assert op.unproven_restore_allowed() is True
