@@ -37,6 +37,7 @@ is loaded already (it is, whenever such an object exists), so reading a DAG file
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 import sys
@@ -58,8 +59,16 @@ class _NotCarried(Exception):
         self.fix = fix
 
 
+def _loaded(name: str) -> Any:
+    """The module ``name`` when something in this process has imported it, else None (it is never imported here).
+
+    Imported again rather than read from ``sys.modules``: a module another thread is still initialising is already
+    there, half-built (numpy without ``bool_``), and the import waits for that thread to finish it."""
+    return importlib.import_module(name) if name in sys.modules else None
+
+
 def _sample_module() -> Any:
-    return sys.modules.get(SAMPLE_MODULE)
+    return _loaded(SAMPLE_MODULE)
 
 
 def is_tune_object(value: Any) -> bool:
@@ -70,7 +79,7 @@ def is_tune_object(value: Any) -> bool:
 
 def _numpy_number(value: Any) -> Any:
     """A numpy scalar number or boolean as the Python value it holds; anything else as it is."""
-    numpy = sys.modules.get("numpy")
+    numpy = _loaded("numpy")
     if numpy is not None and isinstance(value, (numpy.bool_, numpy.integer, numpy.floating)):
         return value.item()
     if isinstance(value, float) and type(value) is not float:  # a float subclass (numpy.float64 is one)

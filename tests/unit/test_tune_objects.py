@@ -237,3 +237,27 @@ def test_the_operator_converts_tune_objects_before_reading_code_positions():
     }
     # A sample_from inside a Tune choice is in a code position, as in the JSON form: written in the DAG file.
     assert op.literal_code_references["param_space"] == {"pkg.mod:fn"}
+
+
+def test_a_module_another_thread_is_still_importing_is_read_only_once_built(tmp_path, monkeypatch):
+    """A DAG file's thread may be importing numpy (pyarrow does) while the operator converts a space: the module is
+    in sys.modules half-built. The conversion waits for it (the import lock) instead of failing on a missing name."""
+    import sys
+    import threading
+    import time
+
+    from airflow_tune.spec import tune_objects
+
+    (tmp_path / "aft_slow_module.py").write_text("import time\ntime.sleep(0.5)\nREADY = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "aft_slow_module", raising=False)
+    importer = threading.Thread(target=__import__, args=("aft_slow_module",))
+    importer.start()
+    deadline = time.monotonic() + 10
+    while "aft_slow_module" not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.001)
+    try:
+        assert tune_objects._loaded("aft_slow_module").READY is True
+        assert tune_objects._loaded("aft_module_nobody_imported") is None
+    finally:
+        importer.join()
