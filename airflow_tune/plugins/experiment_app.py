@@ -37,6 +37,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
 from airflow_tune.contract import join_uri
+from airflow_tune.plugins.experiment_bounds import RAY_JOB_ID
 from airflow_tune.plugins.experiment_shape import NOT_STARTED_STATES, TaskFacts, build_view
 from airflow_tune.spec import experiment_name_for
 
@@ -198,12 +199,24 @@ def mlflow_server(conn_id: str | None = None) -> dict[str, str] | None:
         return None
 
 
+def ray_job_link(job_id: Any) -> str | None:
+    """The Ray job's page on the deployment's cluster: the ``ray_default`` connection's dashboard (what
+    ``ray_conn_id`` defaults to; its extra ``dashboard_url`` when set), as the MLflow links take the ``mlflow_default``
+    connection's. The XCom supplies the job's id only (a URL it names is never linked); None without a connection."""
+    from airflow_tune.hooks.ray import RayHook
+
+    if not isinstance(job_id, str) or not RAY_JOB_ID.match(job_id):
+        return None
+    try:
+        return RayHook().job_url(job_id)
+    except Exception:  # no such connection, or one the hook refuses: no link
+        return None
+
+
 def lookup_task(session: Session, dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskFacts:
     """What the view needs to know about one task instance, from Airflow's database."""
     from airflow.models.dagrun import DagRun
     from airflow.models.taskinstance import TaskInstance
-
-    from airflow_tune.links.ray import RayJobLink
 
     facts = TaskFacts(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index)
     ti = session.scalar(
@@ -227,10 +240,7 @@ def lookup_task(session: Session, dag_id: str, run_id: str, task_id: str, map_in
     result = _xcom(session, dag_id, run_id, task_id, map_index, "return_value")
     rendered = _rendered(session, dag_id, run_id, task_id, map_index)
     facts.experiment_uri, facts.experiment_source = _experiment_uri(facts, result, rendered, task)
-    job_url = _xcom(session, dag_id, run_id, task_id, map_index, RayJobLink.key)
-    if not isinstance(job_url, str) and isinstance(result, dict):
-        job_url = result.get("dashboard_url")
-    facts.ray_job_url = job_url if isinstance(job_url, str) else None
+    facts.ray_job_url = ray_job_link(result.get("job_id") if isinstance(result, dict) else None)
     facts.mlflow_server = mlflow_server() if facts.experiment_uri else None
     if facts.experiment_uri and dag_run is not None:
         try:

@@ -49,6 +49,8 @@ MAX_FILE_BYTES = {PROGRESS_FILE: 2 * MIB, HISTORY_FILE: 4 * MIB, RESULT_FILE: 16
 #: MLflow's ids as its servers make them: an experiment id is a whole number, a run id a UUID's 32 hex digits.
 MLFLOW_EXPERIMENT_ID = re.compile(r"[0-9]{1,20}\Z")
 MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}\Z")
+#: A Ray job's submission id as the operator names them (``<experiment>-<attempt>``) or Ray does (``raysubmit_...``).
+RAY_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,299}\Z")
 
 #: Characters no page should receive: control characters, and lone surrogates (no UTF-8 response can carry them).
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
