@@ -2,7 +2,7 @@
 endpoint: the deploy's download verified against the content digest (ours) against the plain download (the
 baseline), and the engine's one read of the best checkpoint when the experiment ends, to take the digests, against
 the same plain download. Hashing runs over bytes the download already brings; the engine's read is the extra cost
-(see the README's security model)."""
+(see docs/security.rst)."""
 
 from __future__ import annotations
 
