@@ -61,8 +61,13 @@ COMPAT_AIRFLOW_STAMPS := $(foreach r,$(COMPAT_AIRFLOW_RELEASES),$(COMPAT)/airflo
 # And the oldest supported Ray on the Airflow side (with the newest Airflow: the Airflow end is the env above).
 COMPAT_SIDE_RAY ?= 2.43.0
 COMPAT_SIDE_RAY_STAMP := $(COMPAT)/airflow-side-ray-$(COMPAT_SIDE_RAY)/.installed
+# A Python below the supported range (Ray 2.43 to 2.51 still ship wheels for 3.9): the engine must refuse it at its
+# start, saying what it needs (tests/compat/test_python_ends.py; a bare interpreter, nothing installed).
+COMPAT_UNSUPPORTED_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.9.*/bin/python3.9) \
+  $(shell command -v python3.9) python3.9)
 COMPAT_ENV := AIRFLOW_TUNE_COMPAT_DIR=$(abspath $(COMPAT)) AIRFLOW_TUNE_COMPAT_RAY="$(COMPAT_RAY_RELEASES)" \
-  AIRFLOW_TUNE_COMPAT_AIRFLOW="$(COMPAT_AIRFLOW_RELEASES)" AIRFLOW_TUNE_COMPAT_SIDE_RAY=$(COMPAT_SIDE_RAY)
+  AIRFLOW_TUNE_COMPAT_AIRFLOW="$(COMPAT_AIRFLOW_RELEASES)" AIRFLOW_TUNE_COMPAT_SIDE_RAY=$(COMPAT_SIDE_RAY) \
+  AIRFLOW_TUNE_COMPAT_UNSUPPORTED_PYTHON=$(COMPAT_UNSUPPORTED_PYTHON)
 # The newest supported Python (the official Airflow image's default), on both sides: Airflow 3.3 with the provider
 # and its `ray` extra, and a Ray 2.60 cluster, each in an environment of its own (pyenv's, as the oldest above).
 COMPAT_NEWEST_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13.*/bin/python3.13) \

@@ -1,10 +1,8 @@
 """The Ray releases a cluster may run: the engine (``airflow_tune.engine``, run there by the cluster's Python with
-the cluster's Ray) is tested on each of them. Imports no Ray: the Airflow side checks a cluster before submitting."""
+the cluster's Ray) is tested on each of them, and the Pythons it runs on. Imports no Ray, and nothing but the
+standard library at import: the engine checks a cluster's Python with it first, on any Python."""
 
 from __future__ import annotations
-
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 __all__ = [
     "SUPPORTED_PYTHON",
@@ -22,6 +20,8 @@ SUPPORTED_RAY = ("2.43.0", "2.61")
 
 def describe_supported_ray() -> str:
     """The supported range in words, e.g. ``Ray 2.43.0 to 2.60.x (>=2.43.0,<2.61)``."""
+    from packaging.version import Version
+
     low, high = SUPPORTED_RAY
     top = Version(high)
     last = f"{top.major}.{top.minor - 1}.x" if top.minor else f"below {high}"
@@ -35,6 +35,9 @@ def ray_version_problem(version: str) -> str | None:
     but not ``2.43.0rc1`` (before 2.43.0) nor ``2.61.0rc1`` (a pre-release of the excluded 2.61); nor a nightly
     build (``3.0.0.dev0``).
     """
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     low, high = SUPPORTED_RAY
     try:
         parsed = Version(str(version).strip())

@@ -1,8 +1,8 @@
 """The engine: the driver of one experiment, run on the cluster by the cluster's Python with the cluster's Ray.
 
-Importing it first checks that Python and Ray (before any module that needs them is imported: the spec's classes need
-Python 3.10), so a cluster the engine cannot run on fails at once, saying what it needs, on the line the Airflow side
-shows first.
+Importing it first checks that Python and Ray, before any module that needs them is imported (the spec's classes
+need Python 3.10; :mod:`airflow_tune.versions` needs only the standard library to say so), so a cluster the engine
+cannot run on fails at once, saying what it needs, on the line the Airflow side shows first.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def runtime_problem() -> str | None:
     problem = python_version_problem(python)
     if problem:
         return (
-            f"this Ray node runs {problem}: run the cluster's Ray on one of those (Ray's images have a tag for each, "
+            f"on this Ray node, {problem}: run the cluster's Ray on one of those (Ray's images have a tag for each, "
             "e.g. rayproject/ray:2.60.0-py313); airflow-tune's spec classes need Python 3.10"
         )
     try:
@@ -28,7 +28,7 @@ def runtime_problem() -> str | None:
     except PackageNotFoundError:
         return f"Ray is not installed in this Python ({sys.executable}); install one of {describe_supported_ray()}"
     problem = ray_version_problem(ray)
-    return f"this Ray node runs {problem}" if problem else None
+    return f"on this Ray node, {problem}" if problem else None
 
 
 _PROBLEM = runtime_problem()

@@ -9,7 +9,8 @@ S3 endpoint and the session's Airflow home (Airflow 3.3):
 - This suite's Airflow (another Python minor) runs the same DAG against the same cluster: the import path runs, the
   by-value trainables are refused before anything is written or submitted, naming both Pythons and the fixes.
 
-(The oldest supported Python, 3.10, is the oldest Airflow's environment in tests/compat/test_older_airflow.py.)"""
+(The oldest supported Python, 3.10, is the oldest Airflow's environment in tests/compat/test_older_airflow.py; a
+cluster on 3.9, below the range, is refused by the engine at its start.)"""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import pytest
 
 from airflow_tune.contract import RESULT_KEYS
 from tests.e2e.helpers import RUN_DAG, experiment, jobs_of
-from tests.support.compat_envs import REPO_ROOT, newest_python_airflow, newest_python_cluster
+from tests.support.compat_envs import REPO_ROOT, newest_python_airflow, newest_python_cluster, unsupported_python
 from tests.support.compat_stack import compat_stack
 
 pytestmark = pytest.mark.timeout(420)
@@ -128,3 +129,24 @@ def test_another_python_minor_runs_the_import_path_and_refuses_by_value_before_s
         assert f"pickled on Python {here} (this Airflow worker)" in line, line
         assert f"the cluster runs Python {cluster}" in line and "import path" in line, line
         assert "Nothing was written or submitted" in line, line
+
+
+def test_the_engine_on_a_python_below_the_range_refuses_at_its_start_saying_what_it_needs() -> None:
+    """A cluster on Python 3.9 (Ray 2.43 to 2.51 ship 3.9 wheels): the driver's first import, the engine package,
+    ends the job with a verdict naming the Python and the range, before any module that needs 3.10 is imported.
+    Run as Ray runs the entrypoint, with a bare 3.9 interpreter (nothing installed: the check needs nothing)."""
+    python = unsupported_python()
+    done = subprocess.run(
+        [python, "-m", "airflow_tune.engine", "--spec", "s3://bucket/spec.json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert done.returncode != 0, done.stdout + done.stderr
+    verdicts = [line for line in done.stdout.splitlines() if line.startswith("[airflow-tune] verdict: ")]
+    assert len(verdicts) == 1, done.stdout + done.stderr
+    assert _python_of(Path(python)).startswith("3.9.") and "is outside" in verdicts[0], verdicts
+    assert "Python 3.10 to 3.13" in verdicts[0] and "rayproject/ray:2.60.0-py313" in verdicts[0], verdicts
+    assert "ImportError: airflow-tune's engine cannot run here" in done.stderr, done.stderr[-2000:]

@@ -53,3 +53,15 @@ def newest_python_airflow() -> Path:
 def newest_python_cluster() -> Path:
     """The Python of the cluster virtualenv of the newest supported Ray on the newest supported Python (3.13)."""
     return _python("ray-python-3.13")
+
+
+def unsupported_python() -> str:
+    """A Python below the supported range (3.9, from pyenv; the Makefile passes its path); fails the test when
+    absent."""
+    import shutil
+
+    python = os.environ.get("AIRFLOW_TUNE_COMPAT_UNSUPPORTED_PYTHON") or "python3.9"
+    found = shutil.which(python) or (python if os.access(python, os.X_OK) else None)
+    if not found:
+        pytest.fail(f"no Python 3.9 at {python!r}: install one (pyenv install 3.9) or set COMPAT_UNSUPPORTED_PYTHON")
+    return found
