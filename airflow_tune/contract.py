@@ -202,7 +202,7 @@ def failure_text(job_id: str, status: str, message: str | None, logs: str, *, ta
 
 
 # -- the result --------------------------------------------------------------------------------------------------------
-#: Keys of the XCom result; stable, documented in the README.
+#: Keys of the XCom result; stable, documented in docs/operators/ray_tune.rst.
 RESULT_KEYS = (
     "experiment",
     "experiment_uri",

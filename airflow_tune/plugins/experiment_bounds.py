@@ -43,7 +43,7 @@ MAX_PROBLEMS = 5  # per file
 MIB = 1024 * 1024
 #: The page's JSON response, whatever the files hold (UTF-8 bytes, as the API server sends it).
 MAX_RESPONSE_BYTES = 1 * MIB
-#: Files larger than these are not fetched (the engine's own are far smaller: see the README's benchmarks).
+#: Files larger than these are not fetched (the engine's own are far smaller: see docs/benchmarks.rst).
 MAX_FILE_BYTES = {PROGRESS_FILE: 2 * MIB, HISTORY_FILE: 4 * MIB, RESULT_FILE: 16 * MIB}
 
 #: MLflow's ids as its servers make them: an experiment id is a whole number, a run id a UUID's 32 hex digits.

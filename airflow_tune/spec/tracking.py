@@ -3,7 +3,7 @@
 ``{"tracking_uri": "http://mlflow:5000", "experiment_name": "airflow-tune/dag/task", "tags": {"team": "ml"},
 "ui_url": "https://mlflow.example.com"}`` or null. The operator fills ``tracking_uri`` and ``ui_url`` from its MLflow
 connection; ``experiment_name`` and ``tags`` are data (a template or a conf may choose them). The engine's own
-callback (:mod:`airflow_tune.engine.mlflow_tracking`) does the logging; see the README for what each run holds.
+callback (:mod:`airflow_tune.engine.mlflow_tracking`) does the logging; see docs/mlflow.rst for what each run holds.
 
 Credentials never travel in the spec (it is stored beside the experiment and shown as a rendered field): a URI with
 a user or password, and a tag named like a credential, are refused. The cluster authenticates with its own
