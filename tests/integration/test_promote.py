@@ -326,10 +326,7 @@ def test_a_retried_promotion_rewrites_the_same_version_and_still_counts_as_promo
     [outlet] = context["task"].outlets
     assert context["outlet_events"][outlet].extra["version"] == out1["version"]
     # A different run of the same result is the same version too (named from the checkpoint, not the clock).
-    assert (
-        s3_registry.version_name(result, s3_registry.list_checkpoint(reader, source))
-        == (out1["version"])
-    )
+    assert s3_registry.version_name(result, s3_registry.list_checkpoint(reader, source)) == (out1["version"])
 
 
 @pytest.mark.timeout(90)

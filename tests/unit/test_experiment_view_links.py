@@ -233,7 +233,12 @@ def test_an_untracked_experiment_and_a_malformed_mlflow_entry_show_no_links(api,
 def test_the_ray_job_link_is_the_ray_connections_dashboard_with_the_xcoms_job_id_only(monkeypatch):
     from airflow_tune.plugins.experiment_app import ray_job_link
 
-    conn = {"conn_type": "ray_tune", "host": "ray-head", "port": 8265, "extra": {"dashboard_url": "https://ray.example"}}
+    conn = {
+        "conn_type": "ray_tune",
+        "host": "ray-head",
+        "port": 8265,
+        "extra": {"dashboard_url": "https://ray.example"},
+    }
     monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", json.dumps(conn))
     assert ray_job_link("exp__tune__manual-1") == "https://ray.example/#/jobs/exp__tune__manual-1"
     # An edited XCom may name any URL or id: only an id reaches the link, on the deployment's dashboard.
