@@ -64,12 +64,7 @@ def download_checkpoint(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if local_dir is None:
-        return staging
-    os.makedirs(local_dir, exist_ok=True)
-    shutil.copytree(staging, local_dir, dirs_exist_ok=True)
-    shutil.rmtree(staging, ignore_errors=True)
-    return local_dir
+    return _hand_over(staging, local_dir)
 
 
 def load_checkpoint(
@@ -177,12 +172,7 @@ def download_model(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if local_dir is None:
-        return staging
-    os.makedirs(local_dir, exist_ok=True)
-    shutil.copytree(staging, local_dir, dirs_exist_ok=True)
-    shutil.rmtree(staging, ignore_errors=True)
-    return local_dir
+    return _hand_over(staging, local_dir)
 
 
 def load_model(uri: str, *, mlflow_conn_id: str = "mlflow_default", ray_conn_id: str = "ray_default") -> Any:
@@ -196,3 +186,13 @@ def load_model(uri: str, *, mlflow_conn_id: str = "mlflow_default", ray_conn_id:
     import mlflow.pyfunc
 
     return mlflow.pyfunc.load_model(download_model(uri, mlflow_conn_id=mlflow_conn_id, ray_conn_id=ray_conn_id))
+
+
+def _hand_over(staging: str, local_dir: str | None) -> str:
+    """The verified ``staging`` folder itself, or its files moved into ``local_dir`` (which may exist already)."""
+    if local_dir is None:
+        return staging
+    os.makedirs(local_dir, exist_ok=True)
+    shutil.copytree(staging, local_dir, dirs_exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return local_dir

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from airflow_tune import registry as s3_registry
 from airflow_tune.exceptions import MLflowError, PromotionError
 from airflow_tune.operators.promote import PromoteCheckpointOperator, registry_asset
 from tests.e2e.dags.mlflow_registry_cases import MLFLOW_REGISTRY, MLFLOW_TEMPLATED_REGISTRY
@@ -121,7 +122,9 @@ def test_the_winner_becomes_a_tagged_version_with_the_checkpoint_as_source_then_
     assert champion(rest, name) == "1"
     tags = tag_map(version)
     assert (
-        tags["airflow_tune.version"] == out["version_name"] == op.version_name(result, op.list_checkpoint(s3, source))
+        tags["airflow_tune.version"]
+        == out["version_name"]
+        == s3_registry.version_name(result, s3_registry.list_checkpoint(s3, source))
     )
     assert {k: tags[f"airflow_tune.{k}"] for k in ("metric", "mode", "experiment", "experiment_uri")} == {
         "metric": "loss",
