@@ -57,8 +57,10 @@ started = time.monotonic()
 failed = {}
 modules = [m.name for m in pkgutil.walk_packages(airflow_tune.__path__, "airflow_tune.")]
 for name in modules:
-    # The engine is the cluster side; the local stack runs Ray nodes itself (a development tool, not Airflow's).
-    if name.startswith(("airflow_tune.engine", "airflow_tune.local")):
+    # The engine is the cluster side; the local stack runs Ray nodes itself (a development tool, not Airflow's);
+    # pyfunc_wrapper is the model's side (MLflow's loader runs it where mlflow is installed; a promotion with a
+    # model_loader imports it, with the mlflow extra).
+    if name.startswith(("airflow_tune.engine", "airflow_tune.local", "airflow_tune.pyfunc_wrapper")):
         continue
     try:
         importlib.import_module(name)
@@ -165,9 +167,10 @@ def test_every_airflow_side_module_imports_and_the_dag_files_parse_without_ray(n
     assert len(no_ray["parse"]) == len(DAG_FOLDERS)
     for folder in no_ray["parse"]:
         # A file that imports Ray itself (trainables written with ray.tune, or a module importing them) needs Ray
-        # where it is parsed: the user's import, never the provider's.
+        # where it is parsed, and one that imports MLflow (a model loader written with mlflow.pyfunc) MLflow: the
+        # user's import, never the provider's.
         for path, error in folder["errors"].items():
-            assert error.rstrip().endswith("No module named 'ray'"), (path, error)
+            assert error.rstrip().endswith(("No module named 'ray'", "No module named 'mlflow'")), (path, error)
             where = re.findall(r'File "([^"]+)"', error)
             assert where and "airflow_tune" not in where[-1], (path, error)
     parsed = {dag for folder in no_ray["parse"] for dag in folder["dags"]}
