@@ -3,7 +3,7 @@ in MLflow's Model Registry (``models:/<name>@champion``, ``models:/<name>/<versi
 
 Storage and the registry are not trusted, and the caller unpickles what it gets: a registry version is believed only
 when the Ray job of the experiment it names vouches for its checkpoint and content digest (see
-:func:`airflow_tune.registry_mlflow.verified_source`), and the files are downloaded first and then verified, byte for
+:func:`airflow_tune.registries.mlflow.verified_source`), and the files are downloaded first and then verified, byte for
 byte, against that digest (or the ``expected_digest`` given, e.g. the XCom result's ``best_checkpoint_digest``).
 """
 
@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from airflow_tune import storage
+from airflow_tune.common import storage
 
 if TYPE_CHECKING:
     from ray.tune import Checkpoint
@@ -41,13 +41,13 @@ def download_checkpoint(
     :param ray_conn_id: the Ray cluster that ran the version's experiment, for a ``models:/`` URI.
     :return: the local folder holding the checkpoint's files.
     """
-    from airflow_tune.provenance import files_digest, local_file_digests
+    from airflow_tune.common.provenance import files_digest, local_file_digests
 
     if not uri:
         raise ValueError("no checkpoint URI given: the experiment's best trial saved no checkpoint")
     what = uri
     if isinstance(uri, str) and uri.startswith(MODELS_PREFIX):
-        from airflow_tune.registry_mlflow import resolve_checkpoint
+        from airflow_tune.registries.mlflow import resolve_checkpoint
 
         uri, expected_digest, what = resolve_checkpoint(uri, mlflow_conn_id, ray_conn_id)
     # Downloaded into a folder of its own first: what is verified is exactly what is handed over.
@@ -85,7 +85,7 @@ def load_checkpoint(
 
     Needs Ray here (the ``ray`` extra); :func:`download_checkpoint` does not.
     """
-    from airflow_tune.ray_extra import RayExtraMissing, ray_installed
+    from airflow_tune.hooks.ray_extra import RayExtraMissing, ray_installed
 
     if not ray_installed():
         raise RayExtraMissing(f"load_checkpoint({uri!r}) (a ray.tune.Checkpoint; download_checkpoint needs no Ray)")
@@ -121,9 +121,9 @@ def download_model(
     :param ray_conn_id: the Ray cluster that ran the version's experiment.
     :return: the local folder holding the MLflow Model.
     """
+    from airflow_tune.common.provenance import files_digest, local_file_digests
     from airflow_tune.exceptions import PromotionError
-    from airflow_tune.mlflow_model import checkpoint_part, model_digest
-    from airflow_tune.provenance import files_digest, local_file_digests
+    from airflow_tune.registries.mlflow_model import checkpoint_part, model_digest
 
     if not isinstance(uri, str) or not uri:
         raise ValueError(
@@ -131,7 +131,7 @@ def download_model(
         )
     extra: tuple[str, ...] = ()
     if uri.startswith(MODELS_PREFIX):
-        from airflow_tune.registry_mlflow import resolve_version
+        from airflow_tune.registries.mlflow import resolve_version
 
         proven = resolve_version(uri, mlflow_conn_id, ray_conn_id)
         if proven.model_uri is None or proven.model_digest is None:

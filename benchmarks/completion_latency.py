@@ -42,7 +42,7 @@ async def _deferred(job_id: str, uri: str) -> float:
 
 
 async def _old_loop(job_id: str, poll_interval: float = 5.0) -> float:
-    from airflow_tune.contract import TERMINAL_STATUSES
+    from airflow_tune.common.contract import TERMINAL_STATUSES
     from airflow_tune.hooks.ray import RayHook
 
     hook = RayHook()

@@ -13,8 +13,8 @@ def submit(state: Any, spec: dict[str, Any]) -> tuple[str, str]:
 
     :return: the job id and the experiment URI.
     """
-    from airflow_tune import storage
-    from airflow_tune.contract import JOB_ID_ENV, digest_of, engine_command, job_spec_uri, spec_file_bytes
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import JOB_ID_ENV, digest_of, engine_command, job_spec_uri, spec_file_bytes
     from airflow_tune.hooks.ray import RayHook
     from airflow_tune.operators.tune import engine_package_dir
 

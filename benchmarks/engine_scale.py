@@ -92,8 +92,8 @@ def run_plain(state: Any, trials: int) -> float:
 
 def main(stack_state: Any = None, trials: int = 2000, pairs: int = 2) -> dict[str, Any]:
     assert stack_state is not None, "run through `python -m benchmarks`, which starts a local stack"
-    from airflow_tune import storage
-    from airflow_tune.contract import PROGRESS_FILE, RESULT_FILE, TRIALS_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import PROGRESS_FILE, RESULT_FILE, TRIALS_FILE, manifest_uri
 
     ratios, ours_s, plain_s = [], [], []
     experiment_uri = ""

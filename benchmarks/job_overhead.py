@@ -59,7 +59,7 @@ def _run_job(entrypoint: str, name: str, runtime_env: dict[str, Any]) -> float:
 
 
 def run_ours(state: Any) -> float:
-    from airflow_tune.contract import ENGINE_ENTRYPOINT
+    from airflow_tune.common.contract import ENGINE_ENTRYPOINT
     from airflow_tune.operators.tune import engine_package_dir
 
     name = f"bench-ours-{uuid.uuid4().hex[:8]}"

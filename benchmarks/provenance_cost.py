@@ -17,7 +17,7 @@ CHUNK = 64 * 1024 * 1024
 
 
 def _write_checkpoint(state: Any, total: int, files: int = 4) -> str:
-    from airflow_tune import storage
+    from airflow_tune.common import storage
 
     uri = f"{state.storage_uri}/bench-provenance-{uuid.uuid4().hex[:8]}/trial_0/checkpoint_000000"
     block = os.urandom(CHUNK)
@@ -37,9 +37,9 @@ def _timed(fn: Any) -> float:
 
 def main(stack_state: Any = None, total: int | None = None) -> dict[str, float]:
     assert stack_state is not None, "run through `python -m benchmarks`, which starts a local stack"
-    from airflow_tune import storage
     from airflow_tune.checkpoints import download_checkpoint
-    from airflow_tune.provenance import files_digest
+    from airflow_tune.common import storage
+    from airflow_tune.common.provenance import files_digest
 
     total = total or int(os.environ.get("AIRFLOW_TUNE_BENCH_CHECKPOINT_BYTES", str(1024**3)))
     uri = _write_checkpoint(stack_state, total)

@@ -25,7 +25,7 @@ LOG_INTERVAL = 10.0
 
 def _start_experiments(state: Any, count: int, seconds: float) -> list[tuple[str, str]]:
     """``count`` long experiments (one trial each, a report every 0.25 s); their (job id, experiment URI)."""
-    from airflow_tune import storage
+    from airflow_tune.common import storage
 
     out = []
     for _ in range(count):
@@ -58,7 +58,7 @@ class _Counters:
 
 @contextlib.contextmanager
 def _counting(counters: _Counters) -> Any:
-    from airflow_tune import storage
+    from airflow_tune.common import storage
     from airflow_tune.hooks.transport import AsyncTransport
 
     get_json, read_if_changed = AsyncTransport.get_json, storage.read_json_if_changed
@@ -85,7 +85,7 @@ def _counting(counters: _Counters) -> Any:
 
 def _baseline_trigger_class() -> type:
     """A trigger that reads its job's whole log every ``log_interval`` for the progress lines (the old way)."""
-    from airflow_tune.contract import progress_lines
+    from airflow_tune.common.contract import progress_lines
     from airflow_tune.triggers.tune import RayTuneTrigger
 
     class LogReadingTrigger(RayTuneTrigger):

@@ -45,7 +45,7 @@ def follow(log_path: Path, stop: threading.Event, out) -> None:
 
 def print_checkpoint_keys(result: dict) -> None:
     """The S3 keys the experiment's checkpoints landed at (Tune keeps the best per trial, see num_to_keep)."""
-    from airflow_tune import storage
+    from airflow_tune.common import storage
 
     keys = [uri for uri in storage.list_files(result["experiment_uri"]) if "/checkpoint_" in uri]
     folders = sorted({uri.rsplit("/", 1)[0] for uri in keys})
@@ -55,8 +55,8 @@ def print_checkpoint_keys(result: dict) -> None:
 
 
 def print_trials(result: dict) -> None:
-    from airflow_tune import storage
-    from airflow_tune.contract import TRIALS_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import TRIALS_FILE, manifest_uri
 
     manifest = storage.read_json_or_none(manifest_uri(result["experiment_uri"], TRIALS_FILE)) or {}
     metric = result["metric"]

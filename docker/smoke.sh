@@ -74,7 +74,7 @@ echo "smoke: checking the promoted model in S3"
 # Inside the stack (S3 is not published on the host), with the same reader the deploy DAG uses.
 "${COMPOSE[@]}" exec -T airflow-scheduler python -c '
 import os, sys
-from airflow_tune.registry import read_champion
+from airflow_tune.registries.s3 import read_champion
 champion = read_champion(os.environ["AIRFLOW_TUNE_REGISTRY_URI"])
 if not champion:
     sys.exit("no champion.json under " + os.environ["AIRFLOW_TUNE_REGISTRY_URI"])

@@ -1,8 +1,8 @@
 """The engine: the driver of one experiment, run on the cluster by the cluster's Python with the cluster's Ray.
 
 Importing it first checks that Python and Ray, before any module that needs them is imported (the spec's classes
-need Python 3.10; :mod:`airflow_tune.versions` needs only the standard library to say so), so a cluster the engine
-cannot run on fails at once, saying what it needs, on the line the Airflow side shows first.
+need Python 3.10; :mod:`airflow_tune.common.versions` needs only the standard library to say so), so a cluster the
+engine cannot run on fails at once, saying what it needs, on the line the Airflow side shows first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def runtime_problem() -> str | None:
     """Why this Python (or its Ray) cannot run the engine, or None when it can."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from airflow_tune.versions import describe_supported_ray, python_version_problem, ray_version_problem
+    from airflow_tune.common.versions import describe_supported_ray, python_version_problem, ray_version_problem
 
     python = "{}.{}.{}".format(*sys.version_info[:3])
     problem = python_version_problem(python)
@@ -33,7 +33,7 @@ def runtime_problem() -> str | None:
 
 _PROBLEM = runtime_problem()
 if _PROBLEM:
-    from airflow_tune.contract import LOG_MARK, VERDICT
+    from airflow_tune.common.contract import LOG_MARK, VERDICT
 
     print(f"{LOG_MARK}{VERDICT}airflow-tune's engine cannot run here: {_PROBLEM}", flush=True)
     raise ImportError(f"airflow-tune's engine cannot run here: {_PROBLEM}")

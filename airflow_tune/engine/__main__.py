@@ -19,8 +19,8 @@ import time
 import traceback
 from typing import Any
 
-from airflow_tune import jsonsafe, storage
-from airflow_tune.contract import (
+from airflow_tune.common import jsonsafe, storage
+from airflow_tune.common.contract import (
     DEBUG_IMPORTS_ENV,
     EXIT_BAD_SPEC,
     EXIT_FAILED,
@@ -42,8 +42,8 @@ from airflow_tune.contract import (
     result_mismatch,
     result_succeeded,
 )
+from airflow_tune.common.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences, restore_conflicts
 from airflow_tune.engine.compat import leave_working_dir_package
-from airflow_tune.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences, restore_conflicts
 
 
 def say(line: str) -> None:

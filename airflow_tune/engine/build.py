@@ -1,5 +1,5 @@
-"""From an :class:`~airflow_tune.spec.ExperimentSpec` to the parts of a Ray Tune ``Tuner`` (search space, trainable,
-scheduler, searcher, configs); :mod:`.tuner` puts them together, new or restored from storage."""
+"""From an :class:`~airflow_tune.common.spec.ExperimentSpec` to the parts of a Ray Tune ``Tuner`` (search space,
+trainable, scheduler, searcher, configs); :mod:`.tuner` puts them together, new or restored from storage."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from typing import Any
 from ray import tune
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
-from airflow_tune import storage
+from airflow_tune.common import storage
+from airflow_tune.common.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
+from airflow_tune.common.spec.space import ArgumentNameError, bound_arguments
 from airflow_tune.engine import compat
 from airflow_tune.engine.imports import EngineError, import_path
 from airflow_tune.engine.seeds import seed_points
 from airflow_tune.engine.stopping import build_stop
-from airflow_tune.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
-from airflow_tune.spec.space import ArgumentNameError, bound_arguments
 
 # --- search space -------------------------------------------------------------------------------------------------
 

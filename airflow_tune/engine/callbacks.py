@@ -1,4 +1,5 @@
-"""The spec's ``callbacks`` as Tune callbacks (see :mod:`airflow_tune.spec.callbacks`), added after the engine's own.
+"""The spec's ``callbacks`` as Tune callbacks (see :mod:`airflow_tune.common.spec.callbacks`), added after the
+engine's own.
 
 Tune adds its CSV, JSON and TensorBoardX loggers by itself unless the run already has one of each kind (or
 ``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1``): naming one configures that one. A logger whose package the cluster lacks,
@@ -12,10 +13,10 @@ from typing import Any
 
 from ray import tune
 
+from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec.callbacks import LOGGERS, WANDB_INIT_ARGS, logger_name, normalize_callback
 from airflow_tune.engine import compat
 from airflow_tune.engine.imports import EngineError, import_path
-from airflow_tune.spec import ExperimentSpec
-from airflow_tune.spec.callbacks import LOGGERS, WANDB_INIT_ARGS, logger_name, normalize_callback
 
 
 def build_callbacks(spec: ExperimentSpec) -> list[Any]:

@@ -1,4 +1,4 @@
-"""Where Ray Tune differs between the releases the engine runs on (:data:`airflow_tune.versions.SUPPORTED_RAY`).
+"""Where Ray Tune differs between the releases the engine runs on (:data:`airflow_tune.common.versions.SUPPORTED_RAY`).
 
 The engine runs on the cluster with the cluster's Ray, any release from 2.43.0 to 2.60.x. Every place where it
 depends on more than Tune's documented API, or where Tune behaves differently between those releases, goes through

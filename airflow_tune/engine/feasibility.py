@@ -20,8 +20,8 @@ from typing import Any
 
 from ray import tune
 
-from airflow_tune.spec import ExperimentSpec
-from airflow_tune.spec.train_workers import worker_group
+from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec.train_workers import worker_group
 
 #: How often the cluster's nodes are asked for, at most.
 CHECK_EVERY_S = 2.0
@@ -94,7 +94,7 @@ class FeasibilityCallback(tune.Callback):
 
     :param wait_s: how long a trial may be infeasible before the experiment fails (time for an autoscaler).
     :param train_workers: the Train workers each trial starts, as their placement group's bundles and strategy
-        (:func:`airflow_tune.spec.train_workers.worker_group`), or None.
+        (:func:`airflow_tune.common.spec.train_workers.worker_group`), or None.
     :param nodes: the alive nodes' total resources (for tests); by default read from Ray.
     :param clock: seconds, monotonic (for tests).
     """

@@ -1,6 +1,6 @@
 """Metric curves for the Experiment view: a Tune callback that writes ``history.json`` beside the experiment.
 
-The file (:data:`airflow_tune.contract.HISTORY_FILE`) holds, for a bounded set of trials, the metric against
+The file (:data:`airflow_tune.common.contract.HISTORY_FILE`) holds, for a bounded set of trials, the metric against
 ``training_iteration``: the best ``max_trials`` trials by the experiment's metric and mode, plus the running ones
 (at most ``max_trials`` of them, the best first). Each curve keeps at most ``max_points`` points: when a curve
 reaches the limit, neighbouring points are merged pairwise (the later point of each pair stays, so every point is
@@ -22,9 +22,9 @@ from typing import Any
 
 from ray import tune
 
-from airflow_tune import jsonsafe, storage
-from airflow_tune.contract import HISTORY_FILE, LOG_MARK, manifest_uri
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.common import jsonsafe, storage
+from airflow_tune.common.contract import HISTORY_FILE, LOG_MARK, manifest_uri
+from airflow_tune.common.spec import ExperimentSpec
 
 #: Curves written: the best ``MAX_TRIALS`` trials, plus at most ``MAX_TRIALS`` running ones.
 MAX_TRIALS = 10

@@ -1,8 +1,8 @@
 """The tags of the engine's MLflow runs (:mod:`~airflow_tune.engine.mlflow_tracking` writes them): how its runs are
 found again, and whose a parent run is.
 
-A parent run is found by its experiment's name, which another task can set too: it is adopted only when its owner
-tags are the spec's owner, compared as :func:`~airflow_tune.contract.owner_differs` compares the owner recorded beside
+A parent run is found by its experiment's name, which another task can set too: it is adopted only when its owner tags
+are the spec's owner, compared as :func:`~airflow_tune.common.contract.owner_differs` compares the owner recorded beside
 an experiment (the DAG, task and map index; the DAG run too when the recorded owner names one). A parent run without
 owner tags was not written by this version, and is refused as another owner's is.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tune.contract import describe_owner, owner_differs
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.common.contract import describe_owner, owner_differs
+from airflow_tune.common.spec import ExperimentSpec
 
 TAG_EXPERIMENT = "airflow_tune.experiment"
 TAG_ROLE = "airflow_tune.role"
@@ -59,7 +59,7 @@ def recorded_owner(tags: Mapping[str, str]) -> dict[str, Any] | None:
 def foreign_parent(run: Any, spec: ExperimentSpec) -> str | None:
     """Why ``run`` (a parent run found by the spec's experiment name) is not this spec's owner's to adopt, or None.
 
-    Names the MLflow experiment, the run and its owner as :func:`~airflow_tune.contract.describe_owner` shows it
+    Names the MLflow experiment, the run and its owner as :func:`~airflow_tune.common.contract.describe_owner` shows it
     (never another value of that run), and the fix; one line, as it becomes the job's verdict.
     """
     assert spec.mlflow is not None

@@ -37,7 +37,8 @@ from typing import Any
 
 from ray import tune
 
-from airflow_tune.contract import LOG_MARK
+from airflow_tune.common.contract import LOG_MARK
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine.imports import EngineError
 from airflow_tune.engine.mlflow_tags import TAG_EXPERIMENT, TAG_PARENT, TAG_ROLE, TAG_TRIAL, foreign_parent, parent_tags
 from airflow_tune.engine.mlflow_values import (
@@ -47,7 +48,6 @@ from airflow_tune.engine.mlflow_values import (
     params_of,
     quoted,
 )
-from airflow_tune.spec import ExperimentSpec
 
 #: One failing call may not hold the driver for MLflow's defaults (120 s timeout, 7 retries with backoff): these are
 #: set in the driver's own environment unless the cluster sets them.

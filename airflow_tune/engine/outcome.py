@@ -13,9 +13,9 @@ from typing import Any
 
 from ray import tune
 
+from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec.stopping import experiment_stoppers
 from airflow_tune.engine import compat
-from airflow_tune.spec import ExperimentSpec
-from airflow_tune.spec.stopping import experiment_stoppers
 
 
 class StopSignals(tune.Callback):

@@ -21,10 +21,10 @@ from typing import Any
 
 from ray import tune
 
-from airflow_tune import jsonsafe, storage
-from airflow_tune.contract import LOG_MARK, PROGRESS_FILE, manifest_uri
+from airflow_tune.common import jsonsafe, storage
+from airflow_tune.common.contract import LOG_MARK, PROGRESS_FILE, manifest_uri
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import compat
-from airflow_tune.spec import ExperimentSpec
 
 TOP_TRIALS = 10
 MAX_RUNNING_LISTED = 20
@@ -60,7 +60,7 @@ def jsonable_metrics(result: dict[str, Any] | None, limit: int = 40) -> dict[str
 
 def jsonable(value: Any) -> Any:
     """A strict-JSON copy of a config or metrics: domains and objects become their repr, NaN and infinities the
-    strings "NaN", "Infinity" and "-Infinity" (see :mod:`airflow_tune.jsonsafe`)."""
+    strings "NaN", "Infinity" and "-Infinity" (see :mod:`airflow_tune.common.jsonsafe`)."""
     return jsonsafe.strict(value)
 
 

@@ -9,11 +9,11 @@ import math
 import time
 from typing import Any
 
-from airflow_tune import storage
-from airflow_tune.contract import TRIALS_FILE, manifest_uri
+from airflow_tune.common import storage
+from airflow_tune.common.contract import TRIALS_FILE, manifest_uri
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import train_checkpoints
 from airflow_tune.engine.progress import NODE_ID, error_summary, jsonable, jsonable_metrics
-from airflow_tune.spec import ExperimentSpec
 
 #: Rows of result.json's ``trials``: the best trials by the metric, then errored ones (every row is in trials.json).
 RESULT_TOP_TRIALS = 20

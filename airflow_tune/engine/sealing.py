@@ -1,5 +1,5 @@
-"""What the engine vouches for in its job log (see :mod:`airflow_tune.provenance`): the bytes of the result manifest
-it writes, which name the content digests of the best checkpoint's files.
+"""What the engine vouches for in its job log (see :mod:`airflow_tune.common.provenance`): the bytes of the result
+manifest it writes, which name the content digests of the best checkpoint's files.
 
 The digests are taken once, when the experiment ends, by reading the best checkpoint from storage on the driver; the
 result is sealed right after it is written, so a reader that finds the file with another digest knows storage was
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_tune import jsonsafe, storage
-from airflow_tune.contract import digest_of
-from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY, files_digest, seal_line
+from airflow_tune.common import jsonsafe, storage
+from airflow_tune.common.contract import digest_of
+from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY, files_digest, seal_line
 
 
 def record_checkpoint_digests(manifest: dict[str, Any]) -> None:

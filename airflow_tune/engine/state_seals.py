@@ -6,7 +6,7 @@ not. So the engine prints ``[airflow-tune] sealed state/<file> sha256:...`` for 
 Tune uploads it, and a later job of the experiment restores only when every state file in the experiment folder is
 one that a job of this experiment sealed: the Airflow side reads the earlier jobs' logs through the dashboard, checks
 the folder and names what it checked in the entrypoint (``--restore-state``); the engine checks the same files again
-just before ``Tuner.restore`` reads them (see :mod:`airflow_tune.provenance`).
+just before ``Tuner.restore`` reads them (see :mod:`airflow_tune.common.provenance`).
 
 Where Tune writes them (the same code in every supported release, 2.43 to 2.60):
 
@@ -26,10 +26,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_tune import storage
-from airflow_tune.contract import digest_of
+from airflow_tune.common import storage
+from airflow_tune.common.contract import digest_of
+from airflow_tune.common.provenance import is_tune_state, seal_line, state_seal_name
 from airflow_tune.engine.imports import EngineError
-from airflow_tune.provenance import is_tune_state, seal_line, state_seal_name
 
 
 class StateSealer:

@@ -1,4 +1,4 @@
-"""The spec's ``stop`` as what ``tune.RunConfig(stop=...)`` takes (see :mod:`airflow_tune.spec.stopping`).
+"""The spec's ``stop`` as what ``tune.RunConfig(stop=...)`` takes (see :mod:`airflow_tune.common.spec.stopping`).
 
 Tune's dict form goes through as it is. The list form becomes Tune's stoppers, combined with ``CombinedStopper``
 (any stopping stops), its thresholds one :class:`Thresholds` stopper. Tune pickles the stop criteria in the
@@ -22,9 +22,9 @@ from ray.tune.stopper import (
 )
 from ray.tune.utils import flatten_dict
 
+from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec.stopping import STOPPER_CLASSES, is_threshold, stopper_name
 from airflow_tune.engine import compat
-from airflow_tune.spec import ExperimentSpec
-from airflow_tune.spec.stopping import STOPPER_CLASSES, is_threshold, stopper_name
 
 logger = logging.getLogger(__name__)
 

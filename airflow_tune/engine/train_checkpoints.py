@@ -19,9 +19,9 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from airflow_tune import storage
-from airflow_tune.contract import LOG_MARK, inside_experiment
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.common import storage
+from airflow_tune.common.contract import LOG_MARK, inside_experiment
+from airflow_tune.common.spec import ExperimentSpec
 
 #: The metric in which TuneReportCallback reports a Train checkpoint's path (scheme-less, as Tune's paths are).
 CHECKPOINT_PATH_KEY = "checkpoint_path"

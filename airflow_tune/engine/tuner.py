@@ -1,5 +1,5 @@
-"""A Ray Tune ``Tuner`` for an :class:`~airflow_tune.spec.ExperimentSpec`, from :mod:`.build`'s parts: new, or the
-experiment restored from storage (its state proven, :mod:`.state_seals`) with the spec's current policy applied
+"""A Ray Tune ``Tuner`` for an :class:`~airflow_tune.common.spec.ExperimentSpec`, from :mod:`.build`'s parts: new, or
+the experiment restored from storage (its state proven, :mod:`.state_seals`) with the spec's current policy applied
 (:mod:`.compat_resume`)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from typing import Any
 
 from ray import tune
 
-from airflow_tune import storage
+from airflow_tune.common import storage
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import compat, compat_resume
 from airflow_tune.engine.build import (
     build_checkpoint_config,
@@ -23,8 +24,8 @@ from airflow_tune.engine.build import (
 )
 from airflow_tune.engine.callbacks import build_callbacks
 from airflow_tune.engine.imports import resolve_allow_listed
+from airflow_tune.engine.persisted_names import register_moved_modules
 from airflow_tune.engine.state_seals import check_restore_state
-from airflow_tune.spec import ExperimentSpec
 
 
 def experiment_state_exists(spec: ExperimentSpec) -> bool:
@@ -70,6 +71,7 @@ def build_tuner(
     trainable = build_trainable(spec)
     if experiment_state_exists(spec):
         check_restore_state(spec.experiment_uri, proven_state)
+        register_moved_modules()
         experiment_path, storage_filesystem = storage.tune_storage(spec.experiment_uri)
         tuner = tune.Tuner.restore(
             experiment_path,
@@ -115,7 +117,7 @@ def apply_policy(tuner: tune.Tuner, spec: ExperimentSpec, earlier: Mapping[str, 
     ``Tuner.restore`` keeps the RunConfig and TuneConfig pickled in ``tuner.pkl`` by the first run, and Tune's resume
     puts back the policy its experiment state saved (see :func:`.compat_resume.apply_policy_on_resume`): set here on the
     restored Tuner's configs (what ``tune.run`` is given) and put back after Tune's resume. What a restored
-    experiment cannot change is refused before this (:func:`airflow_tune.spec.restore_conflicts`).
+    experiment cannot change is refused before this (:func:`airflow_tune.common.spec.restore_conflicts`).
     """
     run_config, tune_config = compat.tuner_run_config(tuner), compat.tuner_tune_config(tuner)
     run_config.failure_config = build_failure_config(spec)

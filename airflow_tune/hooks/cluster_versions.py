@@ -72,12 +72,12 @@ def read_cluster_versions(endpoint: RayEndpoint, request_timeout: float) -> Clus
 
 def refuse_unsupported(url: str, there: ClusterVersions) -> None:
     """Raise RayConnectionError when the cluster at ``url`` runs a Ray or Python the engine does not run on
-    (:data:`airflow_tune.versions.SUPPORTED_RAY`, :data:`~airflow_tune.versions.SUPPORTED_PYTHON`).
+    (:data:`airflow_tune.common.versions.SUPPORTED_RAY`, :data:`~airflow_tune.common.versions.SUPPORTED_PYTHON`).
 
     The engine (``airflow_tune.engine``, shipped with each job) runs on the cluster with the cluster's Python and
     Ray, and is tested on every release of those ranges; the Airflow side's Ray plays no part here.
     """
-    from airflow_tune.versions import python_version_problem, ray_version_problem
+    from airflow_tune.common.versions import python_version_problem, ray_version_problem
 
     problem = ray_version_problem(there.ray)
     if problem:

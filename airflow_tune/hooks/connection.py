@@ -248,7 +248,7 @@ def _extra_dict(extra: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 
 def _extra_patterns(extra: Mapping[str, Any]) -> tuple[str, ...]:
-    from airflow_tune.code import ALLOW_LIST_OPTION, parse_patterns
+    from airflow_tune.trust.code import ALLOW_LIST_OPTION, parse_patterns
 
     try:
         return tuple(parse_patterns(_extra_value(extra, ALLOW_LIST_OPTION)))
@@ -257,7 +257,7 @@ def _extra_patterns(extra: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _extra_roots(extra: Mapping[str, Any]) -> tuple[str, ...]:
-    from airflow_tune.roots import ROOTS_OPTION, parse_roots
+    from airflow_tune.trust.roots import ROOTS_OPTION, parse_roots
 
     try:
         return tuple(parse_roots(_extra_value(extra, ROOTS_OPTION)))
@@ -294,9 +294,9 @@ class RayEndpoint:
     :param runtime_env: default runtime_env merged under each job's.
     :param metadata: default metadata added to each job's.
     :param allowed_code_references: import-path patterns this deployment lets rendered values name (see
-        :mod:`airflow_tune.code`).
+        :mod:`airflow_tune.trust.code`).
     :param allowed_storage_roots: storage URIs under which rendered storage paths may lie (see
-        :mod:`airflow_tune.roots`); checked when used.
+        :mod:`airflow_tune.trust.roots`); checked when used.
     """
 
     url: str

@@ -11,7 +11,7 @@ paths and contents (32 hex digits kept): one name is one content, which no chose
 
 Any other local folder or file (a ``working_dir``, a user's ``py_modules``, a by-value trainable) is shipped by Ray's
 own client, which honours ``.gitignore``/``.rayignore``, ``excludes``, wheels and zip files: that needs Ray on this
-side (the provider's ``ray`` extra; see :mod:`airflow_tune.ray_extra`).
+side (the provider's ``ray`` extra; see :mod:`airflow_tune.hooks.ray_extra`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_tune.ray_extra import RayExtraMissing, is_local_path, ray_installed, requirement_files
+from airflow_tune.hooks.ray_extra import RayExtraMissing, is_local_path, ray_installed, requirement_files
 
 if TYPE_CHECKING:
     from airflow_tune.hooks.jobs_client import JobsClient

@@ -137,7 +137,8 @@ class RayHook(BaseHook):
 
     @property
     def allowed_storage_roots(self) -> tuple[str, ...]:
-        """Storage roots the connection's extra ``allowed_storage_roots`` allows (see :mod:`airflow_tune.roots`)."""
+        """Storage roots the connection's extra ``allowed_storage_roots`` allows (see
+        :mod:`airflow_tune.trust.roots`)."""
         return self.endpoint.allowed_storage_roots
 
     def job_url(self, job_id: str) -> str:
@@ -245,7 +246,7 @@ class RayHook(BaseHook):
         """``runtime_env`` with its local ``py_modules``/``working_dir`` uploaded and replaced by ``gcs://`` URIs.
 
         The engine package (``airflow_tune``) is uploaded by the provider itself, once per content; other local
-        code by Ray's client (the ``ray`` extra; without it, :class:`~airflow_tune.ray_extra.RayExtraMissing`).
+        code by Ray's client (the ``ray`` extra; without it, :class:`~airflow_tune.hooks.ray_extra.RayExtraMissing`).
 
         :param runtime_env: the job's runtime_env.
         """

@@ -1,8 +1,8 @@
 """PromoteCheckpointOperator: promote a tuning winner into a model registry when it passes a gate.
 
-Two registries: one on S3 (``s3://bucket/models/<name>``, :mod:`airflow_tune.registry`'s layout: the checkpoint is
+Two registries: one on S3 (``s3://bucket/models/<name>``, :mod:`airflow_tune.registries.s3`'s layout: the checkpoint is
 copied server-side and ``champion.json`` moves last, so a reader never sees a half-copied version), and MLflow's
-Model Registry (``models:/<name>``, :mod:`airflow_tune.registry_mlflow`: a model version whose source is the
+Model Registry (``models:/<name>``, :mod:`airflow_tune.registries.mlflow`: a model version whose source is the
 checkpoint, and the ``champion`` alias moved last).
 """
 
@@ -15,27 +15,29 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_tune import jsonsafe, mlflow_model, promote_written, registry_owner
-from airflow_tune.compat import SkipMixin
-from airflow_tune.contract import inside_experiment
+from airflow_tune.common import jsonsafe
+from airflow_tune.common.contract import inside_experiment
+from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.gates import GATES, beats, decision_record, gate_decision
 from airflow_tune.operators.promote_mlflow import MLflowPromotion
 from airflow_tune.operators.promote_model import ModelWriting
-from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY
-from airflow_tune.registry import (
+from airflow_tune.registries import mlflow_model, promote_written
+from airflow_tune.registries import owner as registry_owner
+from airflow_tune.registries.gates import GATES, beats, decision_record, gate_decision
+from airflow_tune.registries.mlflow import is_mlflow_uri, registered_model_name
+from airflow_tune.registries.s3 import (
     CHAMPION_FILE,
     check_listing,
     copy_checkpoint,
     list_checkpoint,
     model_card,
     read_champion,
-    registry_asset,
     s3_client,
     split_s3_uri,
     version_name,
 )
-from airflow_tune.registry_mlflow import is_mlflow_uri, registered_model_name
+from airflow_tune.registry import registry_asset
+from airflow_tune.utils.version_compat import SkipMixin
 
 __all__ = [
     "CHAMPION_FILE",
@@ -69,9 +71,9 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     :param result: the XCom result of :class:`~airflow_tune.operators.tune.RayTuneOperator` (e.g. ``tune.output``).
     :param registry_uri: the registry: ``s3://bucket/models/<name>``, or ``models:/<name>`` for MLflow's Model
         Registry. Written in the DAG file: rendered, it is refused unless it is an ``s3://`` one under the root the
-        DAG file wrote before a template or the deployment allows (see :mod:`airflow_tune.promote_written`). The
-        first DAG that promotes into a registry owns it; another DAG's promotion is refused
-        (:mod:`airflow_tune.registry_owner`).
+        DAG file wrote before a template or the deployment allows (see :mod:`airflow_tune.registries.promote_written`).
+        The first DAG that promotes into a registry owns it; another DAG's promotion is refused
+        (:mod:`airflow_tune.registries.owner`).
     :param gate: ``always``, ``better_than_champion`` (on the experiment's metric and mode) or ``threshold``; not
         templated (``threshold`` is).
     :param threshold: with ``gate="threshold"``: promote when the best value reaches it (by the mode).
@@ -84,9 +86,9 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
         retraining and a tuning run from the UI) write the same name. Not templated.
     :param ray_conn_id: the Ray cluster that ran the experiment: ``result`` is data (an XCom, a template), so the
         experiment's ``result.json`` is read again and promoted only when the Ray job it names vouches for its bytes
-        in its log (see :mod:`airflow_tune.provenance`).
+        in its log (see :mod:`airflow_tune.common.provenance`).
     :param model_loader: makes the promoted version an MLflow Model that ``mlflow.pyfunc.load_model`` and ``mlflow
-        models serve`` load (:mod:`airflow_tune.mlflow_model`): a ``mlflow.pyfunc.PythonModel`` subclass (its
+        models serve`` load (:mod:`airflow_tune.registries.mlflow_model`): a ``mlflow.pyfunc.PythonModel`` subclass (its
         ``load_context`` reads ``context.artifacts["checkpoint"]``) or a function ``load(checkpoint_dir) -> model``
         (the model's ``predict`` is served), as an object or an import path ``"package.module:name"``. Code: written
         in the DAG file, never rendered. Without it a checkpoint that holds an MLflow Model (``MLmodel`` at its top)
@@ -203,10 +205,11 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     def proven_result(self, given: dict[str, Any]) -> dict[str, Any]:
         """The experiment's own result, re-read from storage and believed only when the Ray job it names vouches for
         its bytes and ran for this DAG; ``given`` (the XCom, data) must agree with it on what is promoted."""
-        from airflow_tune import proofs, storage
-        from airflow_tune.contract import RESULT_FILE, manifest_uri, result_succeeded, xcom_result
+        from airflow_tune.common import storage
+        from airflow_tune.common.contract import RESULT_FILE, manifest_uri, result_succeeded, xcom_result
         from airflow_tune.exceptions import ExperimentStorageError
         from airflow_tune.hooks.ray import RayHook
+        from airflow_tune.trust import proofs
 
         experiment_uri = str(given.get("experiment_uri") or "")
         where = manifest_uri(experiment_uri, RESULT_FILE)
@@ -354,8 +357,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage (called by its provider's listener): the best checkpoint read; with a promotion, the registry
         version written and the registry whose champion moved; the gate's decision as run parameters
-        (:func:`~airflow_tune.lineage_parameters.promote_parameters`). Never raises."""
-        from airflow_tune import lineage, lineage_parameters
+        (:func:`~airflow_tune.utils.lineage_parameters.promote_parameters`). Never raises."""
+        from airflow_tune.utils import lineage, lineage_parameters
 
         def names() -> tuple[list[lineage.Name], list[lineage.Name]]:
             result = json.loads(self.result) if isinstance(self.result, str) else self.result

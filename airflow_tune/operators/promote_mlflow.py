@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_tune import registry_owner
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.registry import copy_checkpoint, list_checkpoint
-from airflow_tune.registry import version_name as version_of
+from airflow_tune.registries import owner as registry_owner
+from airflow_tune.registries.s3 import copy_checkpoint, list_checkpoint
+from airflow_tune.registries.s3 import version_name as version_of
 
 #: The version tag of the checkpoint's content digest.
 TAG_DIGEST = "airflow_tune.checkpoint_digest"
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_tune.hooks.mlflow import MLflowHook
-    from airflow_tune.registry_mlflow import MLflowRegistry
+    from airflow_tune.registries.mlflow import MLflowRegistry
 
 
 class MLflowPromotion:
@@ -62,17 +62,16 @@ class MLflowPromotion:
 
     def mlflow_registry(self, client: Any, name: str, server: str) -> MLflowRegistry:
         """The registry every call of a promotion goes through."""
-        from airflow_tune.registry_mlflow import MLflowRegistry
+        from airflow_tune.registries.mlflow import MLflowRegistry
 
         return MLflowRegistry(client, name, server)
 
     def execute_mlflow(self, context: Context, result: dict[str, Any], threshold: float | None) -> dict[str, Any]:
         from airflow.sdk import Asset
 
-        from airflow_tune.gates import decision_record, gate_decision
-        from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY
-        from airflow_tune.registry import check_listing
-        from airflow_tune.registry_mlflow import (
+        from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY
+        from airflow_tune.registries.gates import decision_record, gate_decision
+        from airflow_tune.registries.mlflow import (
             CHAMPION_ALIAS,
             MODEL_DIGEST_TAG,
             MODEL_TAG,
@@ -85,6 +84,7 @@ class MLflowPromotion:
             tags_of,
             version_tags,
         )
+        from airflow_tune.registries.s3 import check_listing
 
         name = registered_model_name(self.registry_uri)
         metric, mode = result["metric"], result["mode"]
@@ -198,8 +198,8 @@ class MLflowPromotion:
         """The new version's source, and its model tags (``tags`` updated): an MLflow Model built with the loader in
         the experiment's ``.airflow_tune/models/<version name>/`` (the checkpoint's objects copied server-side to
         its ``checkpoint/``), the checkpoint itself when it is an MLflow Model already, or the bare checkpoint."""
-        from airflow_tune.registry import split_s3_uri
-        from airflow_tune.registry_mlflow import MODEL_DIGEST_TAG, MODEL_TAG, MODEL_URI_TAG, model_folder_uri
+        from airflow_tune.registries.mlflow import MODEL_DIGEST_TAG, MODEL_TAG, MODEL_URI_TAG, model_folder_uri
+        from airflow_tune.registries.s3 import split_s3_uri
 
         source = str(result["best_checkpoint_uri"])
         kind = self.model_kind(result, self.registry_uri)

@@ -1,14 +1,15 @@
-"""How PromoteCheckpointOperator makes the winner an MLflow Model (:mod:`airflow_tune.mlflow_model`): whether the
-loader was written in the DAG file, what a promotion registers, and the model's files beside the checkpoint's copy.
+"""How PromoteCheckpointOperator makes the winner an MLflow Model (:mod:`airflow_tune.registries.mlflow_model`):
+whether the loader was written in the DAG file, what a promotion registers, and the model's files beside the
+checkpoint's copy.
 The same for both registries (S3 and MLflow's)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_tune import mlflow_model, promote_written
+from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.provenance import CHECKPOINT_FILES_KEY
+from airflow_tune.registries import mlflow_model, promote_written
 
 
 class ModelWriting:
@@ -29,7 +30,7 @@ class ModelWriting:
         """Refuse a ``model_loader`` that a mapped task got through ``expand()`` from an XCom: a loader is code."""
         if self.loader is None:
             return
-        from airflow_tune.code import arguments_mapped_from_data
+        from airflow_tune.trust.code import arguments_mapped_from_data
 
         mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
         if arguments_mapped_from_data(mapped_task, ["model_loader"]):
@@ -64,9 +65,10 @@ class ModelWriting:
         return None
 
     def write_model(self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str) -> tuple[str, str]:
-        """Build the MLflow Model's files around the checkpoint (:func:`airflow_tune.mlflow_model.build`) and put
-        them under ``s3://bucket/prefix``, where the checkpoint's objects are copied to ``checkpoint/``; returns
-        the model folder's URI and the digest of all its files."""
+        """Build the MLflow Model's files around the checkpoint (:func:`airflow_tune.registries.mlflow_model.build`)
+        and put
+        them under ``s3://bucket/prefix``, where the checkpoint's objects are copied to ``checkpoint/``; returns the
+        model folder's URI and the digest of all its files."""
         import os
         import shutil
         import tempfile

@@ -10,17 +10,19 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
-from airflow_tune import code, ray_extra, reconcile, roots
-from airflow_tune.contract import RESULT_KEYS, xcom_result
+from airflow_tune.common.contract import RESULT_KEYS, xcom_result
+from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec.tune_objects import space_from_tune
 from airflow_tune.exceptions import RayJobError
+from airflow_tune.hooks import ray_extra
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.operators.tune_spec import SPEC_FIELDS, TuneSpecBuilder, engine_package_dir
 from airflow_tune.operators.tune_submit import JobSubmission
 from airflow_tune.operators.tune_wait import JobWaiting
-from airflow_tune.promote_written import Written
-from airflow_tune.spec import ExperimentSpec
-from airflow_tune.spec.tune_objects import space_from_tune
+from airflow_tune.registries.promote_written import Written
+from airflow_tune.trust import code, roots
+from airflow_tune.utils import reconcile, shipping
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -183,7 +185,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         param_space = space_from_tune(param_space)
         # Airflow calls any callable it finds in a template field, so an object stays out of ``trainable``.
         self.trainable_object = None if isinstance(trainable, str) else trainable
-        self.trainable = trainable if isinstance(trainable, str) else code.describe(trainable)
+        self.trainable = trainable if isinstance(trainable, str) else shipping.describe(trainable)
         # Import paths as the DAG file wrote them, before any rendering: only these (or allow-listed ones) may run.
         self.literal_code_references = {
             "trainable": code.literal_import_paths(trainable) if isinstance(trainable, str) else set(),
@@ -326,8 +328,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         """OpenLineage (called by its provider's listener): the warm-start registry and the datasets the trainable's
         keyword arguments name (``s3://``, ``gs://``, ``file://`` URIs) read; the experiment folder and the best
         checkpoint written (only the folder when the task failed after a job ran); the search and its winner as
-        run parameters (:func:`~airflow_tune.lineage_parameters.tune_parameters`). Never raises."""
-        from airflow_tune import lineage, lineage_parameters
+        run parameters (:func:`~airflow_tune.utils.lineage_parameters.tune_parameters`). Never raises."""
+        from airflow_tune.utils import lineage, lineage_parameters
 
         ran_on = self.spec.experiment_uri if self.spec is not None and self.job_id else None
         named = lineage.named_dataset_uris(self.spec.trainable_kwargs) if self.spec is not None else []

@@ -1,7 +1,7 @@
 """How RayTuneOperator turns its arguments into what a job carries: the validated
-:class:`~airflow_tune.spec.ExperimentSpec` (the spec step of its reconcile loop, with the security checks that need
-the DAG file's view of the arguments: import paths, node pins and loggers' URLs written literally, the storage root;
-and the operator-set fields: owner, code digest), and the job's runtime env."""
+:class:`~airflow_tune.common.spec.ExperimentSpec` (the spec step of its reconcile loop, with the security checks that
+need the DAG file's view of the arguments: import paths, node pins and loggers' URLs written literally, the storage
+root; and the operator-set fields: owner, code digest), and the job's runtime env."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from airflow_tune import code, disjoint, roots
-from airflow_tune.contract import JOB_ID_ENV
-from airflow_tune.rendered import coerce_rendered
-from airflow_tune.spec import ExperimentSpec, experiment_name_for, node_pins
-from airflow_tune.spec.callbacks import callback_destinations
+from airflow_tune.common.contract import JOB_ID_ENV
+from airflow_tune.common.spec import ExperimentSpec, experiment_name_for, node_pins
+from airflow_tune.common.spec.callbacks import callback_destinations
+from airflow_tune.trust import code, disjoint, roots
+from airflow_tune.trust.rendered import coerce_rendered
+from airflow_tune.utils import shipping
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -126,7 +127,7 @@ class TuneSpecBuilder:
     def check_before_writing(self, spec: ExperimentSpec) -> None:
         """The checks that ask storage and servers, before anything of a job is written or submitted: the
         experiment's folder lies inside no other experiment's or registry's folder and holds none
-        (:mod:`airflow_tune.disjoint`); the tracking server answers."""
+        (:mod:`airflow_tune.trust.disjoint`); the tracking server answers."""
         disjoint.check_experiment_folder(spec.storage_path, spec.name, self.storage_root, log=self.log)
         if spec.mlflow is not None:
             self.mlflow_hook.preflight()
@@ -198,9 +199,9 @@ class TuneSpecBuilder:
         }
 
     @cached_property
-    def trainable_code(self) -> code.TrainableCode:
+    def trainable_code(self) -> shipping.TrainableCode:
         """How the trainable object travels: by import path, or pickled by value (cached: pickled once)."""
-        return code.trainable_code(self.trainable_object)
+        return shipping.trainable_code(self.trainable_object)
 
     def check_code_references(self, spec: ExperimentSpec) -> list[str]:
         """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists, and a
@@ -256,7 +257,7 @@ class TuneSpecBuilder:
 
         :param param_space: the rendered search space.
         """
-        from airflow_tune.spec.points import restrict
+        from airflow_tune.common.spec.points import restrict
 
         if not self.warm_start:
             return None
@@ -265,7 +266,7 @@ class TuneSpecBuilder:
         config: Any = None
         if isinstance(self.warm_start, str) and self.warm_start.startswith("models:/"):
             from airflow_tune.hooks.mlflow import MLflowHook
-            from airflow_tune.registry_mlflow import champion_config
+            from airflow_tune.registries.mlflow import champion_config
 
             # The version's airflow_tune.config tag, parsed as JSON: data only, never unpickled or imported.
             config = champion_config(MLflowHook(self.mlflow_conn_id), self.warm_start)
@@ -273,7 +274,7 @@ class TuneSpecBuilder:
                 self.log.info("No champion with a config in the MLflow registry %s yet: no warm start", self.warm_start)
                 return None
         elif isinstance(self.warm_start, str) and "://" in self.warm_start:
-            from airflow_tune.registry import read_champion
+            from airflow_tune.registries.s3 import read_champion
 
             champion = read_champion(self.warm_start, aws_conn_id=self.aws_conn_id)
             if champion is None:
@@ -294,8 +295,8 @@ class TuneSpecBuilder:
         """A registry the warm start reads is one the DAG file wrote, or an ``s3://`` one under a root the DAG file
         wrote or the deployment allows, as ``PromoteCheckpointOperator``'s ``registry_uri``: a conf chooses values,
         never whose champion is read."""
-        from airflow_tune import code
-        from airflow_tune.promote_written import Written, check_registry
+        from airflow_tune.registries.promote_written import Written, check_registry
+        from airflow_tune.trust import code
 
         written: Written = getattr(self, "written_warm_start", None) or Written()
         mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None

@@ -7,14 +7,16 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from airflow_tune import code, proofs, ray_extra, reconcile
-from airflow_tune.contract import engine_command
+from airflow_tune.common.contract import engine_command
 from airflow_tune.exceptions import RayJobError
+from airflow_tune.hooks import ray_extra
+from airflow_tune.trust import code, proofs
+from airflow_tune.utils import reconcile, shipping
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tune.spec import ExperimentSpec
+    from airflow_tune.common.spec import ExperimentSpec
 
 
 class JobSubmission:
@@ -42,7 +44,7 @@ class JobSubmission:
         """Reattach to a live job of this experiment, return a finished result, or submit a job that restores.
 
         What is found under the name must be this task's and ask this spec's question
-        (:func:`~airflow_tune.reconcile.find_experiment`); another task's is refused naming its owner, this task's
+        (:func:`~airflow_tune.utils.reconcile.find_experiment`); another task's is refused naming its owner, this task's
         with another spec naming what differs.
 
         :return: the job id, and the finished result when there is one.
@@ -91,7 +93,7 @@ class JobSubmission:
     ) -> None:
         """Write the job's spec and submit the driver, with the trainable shipped by value when it must be; the
         driver restores saved Tune state only when ``restore_after`` names the earlier job that wrote it, and only
-        the files ``restore_state`` names (see :func:`~airflow_tune.proofs.restore_state_proof`)."""
+        the files ``restore_state`` names (see :func:`~airflow_tune.trust.proofs.restore_state_proof`)."""
         # Before anything is written or submitted: the experiment's folder is its own and the tracking server answers
         # (check_before_writing); the engine runs on the cluster Ray.
         self.check_before_writing(spec)
@@ -105,7 +107,7 @@ class JobSubmission:
         with contextlib.ExitStack() as stack:
             shipped = []
             if self.trainable_object is not None and self.trainable_code.by_value:
-                shipped.append(stack.enter_context(code.shipped_package(self.trainable_code)))
+                shipped.append(stack.enter_context(shipping.shipped_package(self.trainable_code)))
                 self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
             self.hook.submit_job(
                 entrypoint=engine_command(

@@ -7,12 +7,12 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_tune import reconcile
+from airflow_tune.utils import reconcile
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_tune.spec import ExperimentSpec
+    from airflow_tune.common.spec import ExperimentSpec
 
 
 class JobWaiting:
@@ -52,7 +52,7 @@ class JobWaiting:
         return started + seconds
 
     def wait_blocking(self, job_id: str, experiment_uri: str, log_interval: float = 10.0) -> str:
-        """Wait in the worker until the job ends (see :func:`~airflow_tune.reconcile.wait_for_job`).
+        """Wait in the worker until the job ends (see :func:`~airflow_tune.utils.reconcile.wait_for_job`).
 
         :param log_interval: read ``progress.json`` at most this often (and once more at the end).
         """

@@ -15,8 +15,8 @@ How a task instance's experiment is found, in order:
 1. the task's XCom result (``experiment_uri``): a finished task, or one that returned at once
    (``wait_for_completion=False``);
 2. its rendered template fields (``storage_path`` and ``experiment_name``, else the deterministic name
-   :func:`airflow_tune.spec.experiment_name_for`): Airflow writes them before ``execute`` starts, so they are there
-   while the experiment runs and the task is deferred, before any result exists;
+   :func:`airflow_tune.common.spec.experiment_name_for`): Airflow writes them before ``execute`` starts, so they are
+   there while the experiment runs and the task is deferred, before any result exists;
 3. its arguments in the serialized DAG, when they hold no template (rendered fields of old runs are pruned, and a
    failed task has no result).
 """
@@ -36,10 +36,10 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import select
 
-from airflow_tune.contract import join_uri
+from airflow_tune.common.contract import join_uri
+from airflow_tune.common.spec import experiment_name_for
 from airflow_tune.plugins.experiment_bounds import RAY_JOB_ID
 from airflow_tune.plugins.experiment_shape import NOT_STARTED_STATES, TaskFacts, build_view
-from airflow_tune.spec import experiment_name_for
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

@@ -18,8 +18,8 @@ from itertools import islice
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from airflow_tune import jsonsafe
-from airflow_tune.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE
+from airflow_tune.common import jsonsafe
+from airflow_tune.common.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE
 
 TABLE_ROWS = 100
 RUNNING_ROWS = 20

@@ -2,7 +2,7 @@
 the file holds.
 
 The view reads ``progress.json``, ``result.json`` and ``history.json`` beside the experiment
-(:func:`airflow_tune.contract.manifest_uri`). Storage is written by us but read here as hostile input:
+(:func:`airflow_tune.common.contract.manifest_uri`). Storage is written by us but read here as hostile input:
 
 - a file over its size bound (:data:`~airflow_tune.plugins.experiment_bounds.MAX_FILE_BYTES`) is not fetched: one
   metadata request says how large it is, and the page names the file as a problem;
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-from airflow_tune.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE, manifest_uri
+from airflow_tune.common.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE, manifest_uri
 from airflow_tune.plugins.experiment_bounds import (
     CONFIG_TEXT_CHARS,
     ERROR_CHARS,
@@ -286,7 +286,7 @@ def read_file(uri: str, limit: int, only_if_not: tuple[int, Any] | None = None) 
     (size, modification time) equals ``only_if_not``. Refuses, before fetching, a file over ``limit`` bytes."""
     import pyarrow.fs
 
-    from airflow_tune import storage
+    from airflow_tune.common import storage
 
     fs, path = storage.resolve(uri)
     info = fs.get_file_info(path)

@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_tune import jsonsafe
-from airflow_tune.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE, describe_owner, owner_differs
+from airflow_tune.common import jsonsafe
+from airflow_tune.common.contract import HISTORY_FILE, PROGRESS_FILE, RESULT_FILE, describe_owner, owner_differs
 from airflow_tune.plugins.experiment_bounds import (
     CONFIG_COLUMNS,
     ERROR_CHARS,

@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_tune import proofs, reconcile
-from airflow_tune.compat import AirflowSensorTimeout
-from airflow_tune.contract import (
+from airflow_tune.common.contract import (
     METADATA_EXPERIMENT_URI,
     PROGRESS_FILE,
     RESULT_FILE,
@@ -29,6 +27,9 @@ from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.triggers.tune import best_reaches
+from airflow_tune.trust import proofs
+from airflow_tune.utils import reconcile
+from airflow_tune.utils.version_compat import AirflowSensorTimeout
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -123,7 +124,7 @@ class RayTuneSensor(BaseSensorOperator):
         return super().execute(context)
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
-        from airflow_tune import storage
+        from airflow_tune.common import storage
 
         if self.job_id:
             status = str(self.hook.get_job_info(self.job_id).get("status"))

@@ -10,12 +10,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tune.compat import AIRFLOW_V_3_3_PLUS
-from airflow_tune.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, pending_too_long
+from airflow_tune.common.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, pending_too_long
+from airflow_tune.common.provenance import logged_progress
 from airflow_tune.exceptions import RayJobNotFoundError
-from airflow_tune.following import ProgressFollower
 from airflow_tune.hooks.ray import RayHook
-from airflow_tune.provenance import logged_progress
+from airflow_tune.utils.following import ProgressFollower
+from airflow_tune.utils.version_compat import AIRFLOW_V_3_3_PLUS
 
 
 class RayTuneTrigger(BaseTrigger):
@@ -279,7 +279,7 @@ async def _uninterrupted(work: Coroutine[Any, Any, None]) -> None:
 
 
 def _read_progress(experiment_uri: str) -> dict[str, Any] | None:
-    from airflow_tune import storage
+    from airflow_tune.common import storage
 
     return storage.read_json_or_none(manifest_uri(experiment_uri, PROGRESS_FILE))
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.ray_extra import RAY_EXTRA
+from airflow_tune.hooks.ray_extra import RAY_EXTRA
 from tests.e2e.helpers import experiment, jobs_of, run_id_for
 from tests.support.compat_envs import AIRFLOW_RELEASE, REPO_ROOT, airflow_python
 
@@ -60,7 +60,7 @@ for name in modules:
     # The engine is the cluster side; the local stack runs Ray nodes itself (a development tool, not Airflow's);
     # pyfunc_wrapper is the model's side (MLflow's loader runs it where mlflow is installed; a promotion with a
     # model_loader imports it, with the mlflow extra).
-    if name.startswith(("airflow_tune.engine", "airflow_tune.local", "airflow_tune.pyfunc_wrapper")):
+    if name.startswith(("airflow_tune.engine", "airflow_tune.local", "airflow_tune.registries.pyfunc_wrapper")):
         continue
     try:
         importlib.import_module(name)

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_tune.contract import RESULT_KEYS
-from airflow_tune.registry import read_champion, s3_client
+from airflow_tune.common.contract import RESULT_KEYS
+from airflow_tune.registries.s3 import read_champion, s3_client
 from tests.e2e.helpers import experiment, jobs_of, stop_live_jobs
 from tests.e2e.real_airflow import USERNAME, ApiClient, RealAirflow, wait_until
 from tests.support.compat_envs import AIRFLOW_RELEASES, airflow_python

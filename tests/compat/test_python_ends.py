@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune.contract import RESULT_KEYS
+from airflow_tune.common.contract import RESULT_KEYS
 from tests.e2e.helpers import RUN_DAG, experiment, jobs_of
 from tests.support.compat_envs import REPO_ROOT, newest_python_airflow, newest_python_cluster, unsupported_python
 from tests.support.compat_stack import compat_stack

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune.contract import RESULT_KEYS
+from airflow_tune.common.contract import RESULT_KEYS
 from tests.e2e.helpers import load_dag, run_dag
 from tests.support.compat_envs import RAY_RELEASES, ray_cluster_python
 from tests.support.compat_stack import compat_stack

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, SPEC_ENV
+from airflow_tune.common import storage
+from airflow_tune.common.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, SPEC_ENV
 from tests.support import engine_jobs
 from tests.support.compat_envs import RAY_RELEASES, ray_cluster_python
 from tests.support.compat_stack import compat_stack

@@ -107,13 +107,13 @@ def run_id_for(logical_date: datetime) -> str:
 
 
 def experiment(dag_id: str, run_id: str, task_id: str = "tune") -> str:
-    from airflow_tune.spec import experiment_name_for
+    from airflow_tune.common.spec import experiment_name_for
 
     return experiment_name_for(dag_id, task_id, run_id, -1)
 
 
 def jobs_of(experiment_name: str) -> list[dict[str, Any]]:
-    from airflow_tune.contract import METADATA_EXPERIMENT
+    from airflow_tune.common.contract import METADATA_EXPERIMENT
     from airflow_tune.hooks.ray import RayHook
 
     return RayHook().find_jobs({METADATA_EXPERIMENT: experiment_name})

@@ -25,8 +25,8 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import manifest_uri
+from airflow_tune.common import storage
+from airflow_tune.common.contract import manifest_uri
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RESULT_KEYS

@@ -26,8 +26,8 @@ PARENT = "fedcba9876543210fedcba9876543210"
 
 
 def _view(tmp_path: Path) -> dict[str, Any]:
-    from airflow_tune import storage
-    from airflow_tune.contract import manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import manifest_uri
 
     made = make_experiment(str(tmp_path), "tracked", 3, owner=owner_record("d", "tune"))
     uri = f"{tmp_path}/tracked"

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from airflow_tune.contract import RESULT_KEYS
+from airflow_tune.common.contract import RESULT_KEYS
 from tests.e2e.helpers import (
     experiment,
     kill_dag_process,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_tune.contract import RESULT_KEYS
+from airflow_tune.common.contract import RESULT_KEYS
 from tests.e2e.helpers import load_dag, run_dag
 
 pytestmark = pytest.mark.usefixtures("stack")

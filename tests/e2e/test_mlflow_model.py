@@ -147,7 +147,7 @@ def test_the_s3_registry_s_version_folder_is_an_mlflow_model(s3, digits, tmp_pat
     import mlflow.pyfunc
 
     from airflow_tune.checkpoints import download_model
-    from airflow_tune.registry import read_champion
+    from airflow_tune.registries.s3 import read_champion
 
     model, rows, _ = digits
     expected = [int(p) for p in model.predict(rows)]

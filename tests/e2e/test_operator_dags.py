@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.contract import RESULT_KEYS
+from airflow_tune.common.contract import RESULT_KEYS
 from airflow_tune.links.ray import RayJobLink
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, stop_live_jobs
 
@@ -186,8 +186,8 @@ def test_a_forged_progress_file_never_ends_the_sensor_early(mode):
     finished experiment's result (on 4c117b0 it ended early with the forged best)."""
     import threading
 
-    from airflow_tune import storage
-    from airflow_tune.contract import PROGRESS_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import PROGRESS_FILE, manifest_uri
     from tests.e2e.helpers import run_id_for
 
     space = {"x": {"grid_search": [1]}, "steps": 6, "sleep": 1.0}

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import RESULT_FILE, manifest_uri
+from airflow_tune.common import storage
+from airflow_tune.common.contract import RESULT_FILE, manifest_uri
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, run_id_for
 
 pytestmark = pytest.mark.usefixtures("stack")

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import registry as s3_registry
 from airflow_tune.exceptions import MLflowError, PromotionError
 from airflow_tune.operators.promote import PromoteCheckpointOperator, registry_asset
+from airflow_tune.registries import s3 as s3_registry
 from tests.e2e.dags.mlflow_registry_cases import MLFLOW_REGISTRY, MLFLOW_TEMPLATED_REGISTRY
 from tests.e2e.helpers import load_dag, run_dag
 from tests.integration.test_promote import BUCKET, put_checkpoint, run, tune_result
@@ -299,7 +299,7 @@ def test_a_registry_that_does_not_answer_fails_the_task_naming_it_and_the_retry_
 def _listing_digest(s3: Any, uri: str) -> str:
     import hashlib
 
-    from airflow_tune.registry import list_checkpoint
+    from airflow_tune.registries.s3 import list_checkpoint
 
     objects = list_checkpoint(s3, uri)
     entries = sorted((o["rel"], int(o.get("Size") or 0), str(o.get("ETag") or "").strip('"')) for o in objects)
@@ -433,8 +433,8 @@ def test_download_and_load_from_the_alias_or_a_version_and_refuse_what_we_did_no
 
     # A registry writer's version, every tag self-consistent: a planted checkpoint, its true content digest, and a
     # result.json beside it naming both; no Ray job of that experiment vouched for it, so it is refused.
-    from airflow_tune import storage
-    from airflow_tune.contract import RESULT_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import RESULT_FILE, manifest_uri
     from tests.support.sealed import manifest_for
 
     planted = put_checkpoint(s3, {"w.bin": b"a registry writer's pickle"})
@@ -475,8 +475,8 @@ def owner_tag(rest: MlflowRest, name: str) -> str | None:
 def test_a_conf_named_model_and_another_dag_writing_the_first_dag_s_model_are_refused_with_the_champion_unmoved(
     rest, s3
 ):
-    from airflow_tune.promote_written import PromotionTargetError
-    from airflow_tune.registry_owner import RegistryOwnerError
+    from airflow_tune.registries.owner import RegistryOwnerError
+    from airflow_tune.registries.promote_written import PromotionTargetError
     from tests.e2e.dags.registry_owner_cases import TEAM_A_MODEL
 
     name = TEAM_A_MODEL.removeprefix("models:/")

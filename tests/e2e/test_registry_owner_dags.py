@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from airflow_tune.common.spec.naming import StorageURIError
 from airflow_tune.operators.promote import split_s3_uri
-from airflow_tune.promote_written import PromotionTargetError
-from airflow_tune.registry_owner import OWNER_FILE, RegistryOwnerError
-from airflow_tune.spec.naming import StorageURIError
+from airflow_tune.registries.owner import OWNER_FILE, RegistryOwnerError
+from airflow_tune.registries.promote_written import PromotionTargetError
 from tests.e2e.dags.registry_owner_cases import TEAM_A_REGISTRY, TEAM_B_ROOT
 from tests.e2e.helpers import DagTestRun, load_dag, run_dag
 from tests.integration.test_promote import put_checkpoint, tune_result

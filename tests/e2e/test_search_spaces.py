@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import METADATA_FINGERPRINT, SPEC_FILE, TRIALS_FILE, manifest_uri
-from airflow_tune.spec import fingerprint_of
+from airflow_tune.common import storage
+from airflow_tune.common.contract import METADATA_FINGERPRINT, SPEC_FILE, TRIALS_FILE, manifest_uri
+from airflow_tune.common.spec import fingerprint_of
 from tests.e2e.helpers import jobs_of, load_dag, run_dag
 
 pytestmark = pytest.mark.usefixtures("stack")

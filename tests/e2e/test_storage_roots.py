@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_tune.checkpoints import download_checkpoint
-from airflow_tune.spec import experiment_name_for
+from airflow_tune.common.spec import experiment_name_for
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag
 
 pytestmark = pytest.mark.usefixtures("stack")

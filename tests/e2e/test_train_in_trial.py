@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import RESULT_KEYS, TRIALS_FILE, manifest_uri
-from airflow_tune.registry import read_champion
+from airflow_tune.common import storage
+from airflow_tune.common.contract import RESULT_KEYS, TRIALS_FILE, manifest_uri
+from airflow_tune.registries.s3 import read_champion
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag
 
 REPO = Path(__file__).resolve().parents[2]

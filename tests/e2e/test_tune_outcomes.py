@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import RESULT_FILE, RESULT_KEYS, SPEC_FILE, TRIALS_FILE, join_uri, manifest_uri
+from airflow_tune.common import storage
+from airflow_tune.common.contract import RESULT_FILE, RESULT_KEYS, SPEC_FILE, TRIALS_FILE, join_uri, manifest_uri
 from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag
 from tests.support import engine_jobs as jobs
 

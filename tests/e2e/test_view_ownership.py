@@ -93,8 +93,8 @@ def reader(airflow: RealAirflow) -> Iterator[ApiClient]:
 
 def _experiment(storage_path: str, name: str, owner: dict[str, Any], mark: bool) -> str:
     """An experiment's files in S3, made with the engine's own code; ``mark`` puts a marker in every config."""
-    from airflow_tune import storage
-    from airflow_tune.contract import manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import manifest_uri
     from tests.support.experiment_files import make_experiment
 
     made = make_experiment(storage_path, name, 3, iterations=3, owner=owner)

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from airflow_tune import storage
 from airflow_tune.checkpoints import download_checkpoint
+from airflow_tune.common import storage
 
 
 def _checkpoint_in_s3(stack) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tune import storage
+from airflow_tune.common import storage
 from tests.support import engine_jobs as jobs
 from tests.support.tune_testkit.markers import read_markers
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from airflow_tune import storage
+from airflow_tune.common import storage
 from tests.integration.test_engine_forms import assert_best
 from tests.support import engine_jobs as jobs
 from tests.support.tune_testkit.markers import read_markers

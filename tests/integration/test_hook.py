@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from airflow_tune.contract import TERMINAL_STATUSES
+from airflow_tune.common.contract import TERMINAL_STATUSES
 from airflow_tune.exceptions import RayConnectionError, RayJobError, RayJobNotFoundError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.hooks.transport import AsyncTransport, quote_id

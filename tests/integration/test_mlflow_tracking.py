@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import METADATA_EXPERIMENT, SPEC_FILE, manifest_uri
+from airflow_tune.common import storage
+from airflow_tune.common.contract import METADATA_EXPERIMENT, SPEC_FILE, manifest_uri
+from airflow_tune.common.spec import experiment_name_for
 from airflow_tune.local import LocalStack
 from airflow_tune.local.stack import stop_process_tree
-from airflow_tune.spec import experiment_name_for
 from tests.conftest import TEST_ROOT, _environment, _stop_and_check_nothing_is_left
 from tests.support import engine_jobs as jobs
 from tests.support.cluster_venv import cluster_python

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import registry as s3_registry
-from airflow_tune.contract import inside_experiment
+from airflow_tune.common.contract import inside_experiment
 from airflow_tune.exceptions import PromotionError
 from airflow_tune.operators import promote as promote_module
 from airflow_tune.operators.promote import CHAMPION_FILE, PromoteCheckpointOperator, registry_asset
+from airflow_tune.registries import s3 as s3_registry
 from tests.support.sealed import sealed_result
 
 pytestmark = pytest.mark.usefixtures("stack")
@@ -193,7 +193,7 @@ def seed_champion(s3: Any, registry: str, value: float, mode: str = "min") -> by
 
 @pytest.mark.timeout(90)
 def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipart_one(s3_calls, reader, monkeypatch):
-    monkeypatch.setattr("airflow_tune.registry.MULTIPART_THRESHOLD", 5 * MIB + 1)
+    monkeypatch.setattr("airflow_tune.registries.s3.MULTIPART_THRESHOLD", 5 * MIB + 1)
     files = {
         "state.json": b'{"step": 2}',
         "model.bin": os.urandom(6 * MIB),  # > threshold: CreateMultipartUpload + UploadPartCopy x2
@@ -251,7 +251,7 @@ def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipa
 
 @pytest.mark.timeout(90)
 def test_the_pointer_moves_last_and_a_reader_following_it_always_finds_every_file(s3_calls, reader, monkeypatch):
-    monkeypatch.setattr("airflow_tune.registry.MULTIPART_THRESHOLD", 5 * MIB + 1)
+    monkeypatch.setattr("airflow_tune.registries.s3.MULTIPART_THRESHOLD", 5 * MIB + 1)
     registry = registry_uri()
     bucket, prefix = promote_module.split_s3_uri(registry)
     seen: list[str | None] = []
@@ -459,8 +459,8 @@ def test_an_edited_xcom_result_is_not_promoted_the_sealed_result_decides(reader)
 
 @pytest.mark.timeout(90)
 def test_a_result_rewritten_in_storage_after_its_job_sealed_it_is_not_promoted(reader):
-    from airflow_tune import storage
-    from airflow_tune.contract import RESULT_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import RESULT_FILE, manifest_uri
 
     source = put_checkpoint(reader, {"model.pkl": b"the trial's model"})
     registry = registry_uri()
@@ -482,8 +482,8 @@ def test_a_result_sealed_for_another_dag_or_with_no_job_is_not_promoted(reader):
     with pytest.raises(PromotionError, match="ran another experiment"):
         run(operator(registry, theirs, seal=False, gate="always"))
     # A result.json written by hand names a job the cluster never ran.
-    from airflow_tune import storage
-    from airflow_tune.contract import RESULT_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import RESULT_FILE, manifest_uri
     from tests.support.sealed import manifest_for
 
     other = put_checkpoint(reader, {"model.pkl": b"x"})

@@ -1,5 +1,5 @@
-"""The cluster must run a Ray release of the supported range (airflow_tune.versions): the engine runs there with the
-cluster's Ray.
+"""The cluster must run a Ray release of the supported range (airflow_tune.common.versions): the engine runs there
+with the cluster's Ray.
 
 A dashboard on loopback answers like a Ray dashboard of a given version: outside the range, the operator and the
 hook's submit_job fail before anything is written or submitted, naming the cluster's version and the range; inside
@@ -17,10 +17,10 @@ from unittest import mock
 import pytest
 from packaging.version import Version
 
+from airflow_tune.common.versions import SUPPORTED_RAY, describe_supported_ray
 from airflow_tune.exceptions import RayConnectionError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.versions import SUPPORTED_RAY, describe_supported_ray
 from tests.support.json_http import JsonHandler
 
 
@@ -62,9 +62,9 @@ def dashboard(monkeypatch) -> Iterator[type[_Dashboard]]:
     _Dashboard.ray_version = "2.59.0"
     _Dashboard.python_version = None
     # The operator's storage checks (disjoint folders) are not what these tests are about: no storage here.
-    monkeypatch.setattr("airflow_tune.disjoint.check_experiment_folder", lambda *args, **kwargs: None)
-    monkeypatch.setattr("airflow_tune.storage.read_bytes_or_none", lambda *args, **kwargs: None)
-    monkeypatch.setattr("airflow_tune.storage.exists", lambda *args, **kwargs: False)
+    monkeypatch.setattr("airflow_tune.trust.disjoint.check_experiment_folder", lambda *args, **kwargs: None)
+    monkeypatch.setattr("airflow_tune.common.storage.read_bytes_or_none", lambda *args, **kwargs: None)
+    monkeypatch.setattr("airflow_tune.common.storage.exists", lambda *args, **kwargs: False)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     conn = {"conn_type": "ray", "host": "127.0.0.1", "port": server.server_address[1]}
@@ -97,9 +97,9 @@ def _context() -> dict:
 def test_the_operator_refuses_a_cluster_outside_the_range_before_writing_or_submitting(dashboard, cluster_ray):
     dashboard.ray_version = cluster_ray
     with (
-        mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),  # no finished experiment
-        mock.patch("airflow_tune.storage.write_bytes") as write_bytes,
-        mock.patch("airflow_tune.storage.write_json") as write_json,
+        mock.patch("airflow_tune.common.storage.read_json_or_none", return_value=None),  # no finished experiment
+        mock.patch("airflow_tune.common.storage.write_bytes") as write_bytes,
+        mock.patch("airflow_tune.common.storage.write_json") as write_json,
         pytest.raises(RayConnectionError) as caught,
     ):
         _operator().execute(_context())  # type: ignore[arg-type]
@@ -150,9 +150,9 @@ def test_the_operator_refuses_a_cluster_python_outside_the_range_before_writing_
 ):
     dashboard.python_version = cluster_python
     with (
-        mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),
-        mock.patch("airflow_tune.storage.write_bytes") as write_bytes,
-        mock.patch("airflow_tune.storage.write_json") as write_json,
+        mock.patch("airflow_tune.common.storage.read_json_or_none", return_value=None),
+        mock.patch("airflow_tune.common.storage.write_bytes") as write_bytes,
+        mock.patch("airflow_tune.common.storage.write_json") as write_json,
         pytest.raises(RayConnectionError) as caught,
     ):
         _operator().execute(_context())  # type: ignore[arg-type]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from airflow_tune.operators.promote import CHAMPION_FILE, PromoteCheckpointOperator, split_s3_uri
-from airflow_tune.promote_written import PromotionTargetError
-from airflow_tune.registry_owner import OWNER_FILE, RegistryOwnerError
+from airflow_tune.registries.owner import OWNER_FILE, RegistryOwnerError
+from airflow_tune.registries.promote_written import PromotionTargetError
 from tests.integration import test_promote
 from tests.integration.test_promote import WRITES, put_checkpoint, registry_uri, run, seed_champion, tune_result
 from tests.support.sealed import sealed_result

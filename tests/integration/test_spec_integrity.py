@@ -8,8 +8,8 @@ import shlex
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import (
+from airflow_tune.common import storage
+from airflow_tune.common.contract import (
     ENGINE_ENTRYPOINT,
     JOB_ID_ENV,
     digest_of,

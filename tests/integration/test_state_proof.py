@@ -2,7 +2,7 @@
 
 Real Ray jobs on the local stack: an experiment is stopped with its state saved, then files in its own folder are
 replaced or added, as anyone who can write that storage prefix could. The submitter's proof
-(:func:`airflow_tune.proofs.restore_state_proof`: every state file sealed in the log of one of the experiment's
+(:func:`airflow_tune.trust.proofs.restore_state_proof`: every state file sealed in the log of one of the experiment's
 jobs) refuses them, naming the file; the engine refuses a folder that changed after that proof, before Tune reads
 it, so the planted pickle never runs. A legitimate chain of restores (stop, restore, stop, restore) is proven
 throughout, the state of each job sealed in its own log."""
@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tune import storage
+from airflow_tune.common import storage
 from airflow_tune.exceptions import ExperimentStorageError
 from airflow_tune.hooks.ray import RayHook
-from airflow_tune.proofs import restore_state_proof
+from airflow_tune.trust.proofs import restore_state_proof
 from tests.support import engine_jobs as jobs
 from tests.support.tune_testkit.markers import read_markers
 

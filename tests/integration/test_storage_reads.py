@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from airflow_tune import storage
+from airflow_tune.common import storage
 
 pytestmark = pytest.mark.usefixtures("stack")
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import storage
-from airflow_tune.contract import manifest_uri
-from airflow_tune.spec import ExperimentSpec, SpecError
+from airflow_tune.common import storage
+from airflow_tune.common.contract import manifest_uri
+from airflow_tune.common.spec import ExperimentSpec, SpecError
 from tests.support.engine_jobs import base_spec, run_ok, unique_name
 
 pytestmark = pytest.mark.usefixtures("stack")

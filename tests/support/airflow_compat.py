@@ -1,11 +1,11 @@
 """Airflow internals that tests read and that moved between 3.1 and 3.3 (the product's own shims are in
-:mod:`airflow_tune.compat`): so the unit tests run on every supported Airflow."""
+:mod:`airflow_tune.utils.version_compat`): so the unit tests run on every supported Airflow."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from airflow_tune.compat import AIRFLOW_V_3_2_PLUS
+from airflow_tune.utils.version_compat import AIRFLOW_V_3_2_PLUS
 
 
 def import_string(path: str) -> Any:

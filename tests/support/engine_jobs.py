@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import airflow_tune
-from airflow_tune import storage
-from airflow_tune.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, RESTORE_AFTER, RESTORE_STATE, SPEC_ENV
-from airflow_tune.provenance import is_tune_state, unproven_state
+from airflow_tune.common import storage
+from airflow_tune.common.contract import ENGINE_ENTRYPOINT, JOB_ID_ENV, RESTORE_AFTER, RESTORE_STATE, SPEC_ENV
+from airflow_tune.common.provenance import is_tune_state, unproven_state
 
 TESTKIT = str(Path(__file__).resolve().parent / "tune_testkit")
 PACKAGE = str(Path(airflow_tune.__file__).resolve().parent)
@@ -53,9 +53,11 @@ def submit(
     env: dict[str, str] | None = None,
     job_id: str | None = None,
     restore_state: dict[str, str] | None = None,
+    package: str = PACKAGE,
 ) -> str:
     """Submit the engine for ``spec``; after an earlier job of the experiment, licensed to restore what it saved,
-    with ``restore_state`` (default: :func:`proven_state`) as the state it may restore."""
+    with ``restore_state`` (default: :func:`proven_state`) as the state it may restore. ``package``: the
+    airflow_tune folder the job ships (this tree's by default)."""
     job_id = job_id or f"tune-{spec['name']}-{uuid.uuid4().hex[:6]}"
     earlier = _earlier.get(spec["name"])
     entrypoint = ENGINE_ENTRYPOINT
@@ -64,11 +66,12 @@ def submit(
         entrypoint += f" {RESTORE_AFTER} {earlier} {RESTORE_STATE} {shlex.quote(json.dumps(state))}"
     _earlier[spec["name"]] = job_id
     _all.setdefault(spec["name"], []).append(job_id)
-    client(stack).submit_job(
+    _submit_when_an_agent_is_up(
+        stack,
         entrypoint=entrypoint,
         submission_id=job_id,
         runtime_env={
-            "py_modules": [PACKAGE, TESTKIT],
+            "py_modules": [package, TESTKIT],
             "env_vars": {
                 SPEC_ENV: json.dumps(spec),
                 JOB_ID_ENV: job_id,
@@ -79,6 +82,22 @@ def submit(
         },
     )
     return job_id
+
+
+def _submit_when_an_agent_is_up(stack: Any, **job: Any) -> None:
+    """A head that just started lists jobs before its job agent takes one ("No available agent", a 500): the hook
+    retries that as the dashboard being unavailable; so does the harness, for up to a minute."""
+    from airflow_tune.hooks.transport import NO_AGENT_YET
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client(stack).submit_job(**job)
+            return
+        except RuntimeError as exc:
+            if NO_AGENT_YET not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def status(stack: Any, job_id: str) -> str:

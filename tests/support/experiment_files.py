@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_tune import storage
-from airflow_tune.contract import PROGRESS_FILE, RESULT_FILE, manifest_uri
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.common import storage
+from airflow_tune.common.contract import PROGRESS_FILE, RESULT_FILE, manifest_uri
+from airflow_tune.common.spec import ExperimentSpec
 
 METRIC = "val_accuracy"
 

@@ -1,4 +1,4 @@
-"""Storage as a dict of URI -> content, as the disjointness check (:mod:`airflow_tune.disjoint`) sees a store: the
+"""Storage as a dict of URI -> content, as the disjointness check (:mod:`airflow_tune.trust.disjoint`) sees a store: the
 unit tests' fake S3 (``{"s3://bkt/exps/exp/.airflow_tune/result.json": {...}}``) answers its probes too."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_tune.spec.naming import StorageLocation, parse_storage_uri
+from airflow_tune.common.spec.naming import StorageLocation, parse_storage_uri
 
 
 class DictStore:
-    """The :class:`airflow_tune.disjoint.Store` over ``files`` (values: bytes, or JSON-able content), for one bucket;
-    ``requests`` counts the calls, ``walked`` the keys a listing handed out, ``unreadable`` lists folders (by URI)
+    """The :class:`airflow_tune.trust.disjoint.Store` over ``files`` (values: bytes, or JSON-able content), for one
+    bucket; ``requests`` counts the calls, ``walked`` the keys a listing handed out, ``unreadable`` lists folders (by
+    URI)
     whose entries cannot be probed (as with an S3 AccessDenied)."""
 
     registries = True

@@ -92,7 +92,7 @@ def restart_exited_workers(local: LocalStack, timeout: float = 120.0) -> dict[in
 def saved_trials(experiment_uri: str) -> dict[object, tuple[str, int]]:
     """What the experiment state Tune last saved to storage says of each trial, by ``config["x"]``: its status and
     training iteration (every report of the test trainable carries a checkpoint). Empty before the first save."""
-    from airflow_tune import storage
+    from airflow_tune.common import storage
 
     names = storage.glob_names(experiment_uri, "experiment_state-")
     if not names:

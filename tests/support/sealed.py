@@ -12,8 +12,8 @@ import time
 import uuid
 from typing import Any
 
-from airflow_tune import jsonsafe, storage
-from airflow_tune.contract import (
+from airflow_tune.common import jsonsafe, storage
+from airflow_tune.common.contract import (
     METADATA_EXPERIMENT,
     METADATA_EXPERIMENT_URI,
     METADATA_OWNER,
@@ -22,7 +22,7 @@ from airflow_tune.contract import (
     digest_of,
     manifest_uri,
 )
-from airflow_tune.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY, files_digest, seal_line
+from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY, files_digest, seal_line
 
 
 def manifest_for(xcom: dict[str, Any], dag_id: str, job_id: str) -> dict[str, Any]:

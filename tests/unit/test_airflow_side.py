@@ -19,12 +19,12 @@ import pytest
 from airflow.sdk import DAG
 
 import airflow_tune.triggers
-from airflow_tune.contract import METADATA_EXPERIMENT, METADATA_SPEC_URI, RESULT_KEYS
+from airflow_tune.common.contract import METADATA_EXPERIMENT, METADATA_SPEC_URI, RESULT_KEYS
+from airflow_tune.common.spec import experiment_name_for
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.sensors.tune import RayTuneSensor
-from airflow_tune.spec import experiment_name_for
 from airflow_tune.triggers.tune import RayTuneTrigger, best_reaches
 from tests.support.fake_store import dict_stores
 
@@ -270,13 +270,13 @@ def _run_execute(op: RayTuneOperator, context: dict) -> tuple[Any, RecordingHook
     op.__dict__["hook"] = hook  # the cached_property
     hook.written = {}  # type: ignore[attr-defined]
     with (
-        mock.patch("airflow_tune.storage.read_json_or_none", return_value=None),
-        mock.patch("airflow_tune.storage.read_bytes_or_none", return_value=None),
-        mock.patch("airflow_tune.storage.exists", return_value=False),
-        mock.patch("airflow_tune.storage.write_json", side_effect=hook.written.__setitem__),  # type: ignore[attr-defined]
-        mock.patch("airflow_tune.disjoint.store_for", dict_stores(hook.written)),  # type: ignore[attr-defined]
+        mock.patch("airflow_tune.common.storage.read_json_or_none", return_value=None),
+        mock.patch("airflow_tune.common.storage.read_bytes_or_none", return_value=None),
+        mock.patch("airflow_tune.common.storage.exists", return_value=False),
+        mock.patch("airflow_tune.common.storage.write_json", side_effect=hook.written.__setitem__),  # type: ignore[attr-defined]
+        mock.patch("airflow_tune.trust.disjoint.store_for", dict_stores(hook.written)),  # type: ignore[attr-defined]
         mock.patch(
-            "airflow_tune.storage.write_bytes",
+            "airflow_tune.common.storage.write_bytes",
             side_effect=lambda uri, data: hook.written.__setitem__(uri, json.loads(data)),  # type: ignore[attr-defined]
         ),
     ):

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from airflow_tune.code import CodeReferenceError, licensed_by
 from airflow_tune.engine.imports import EngineError, resolve_allow_listed
+from airflow_tune.trust.code import CodeReferenceError, licensed_by
 from tests.unit.test_security import _run_until_submit
 
 PATTERNS = ["my_models.*:*", "shlex:*", "json:*"]

@@ -13,8 +13,8 @@ from unittest import mock
 import pytest
 from airflow.sdk import DAG, task
 
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.spec import ExperimentSpec
 from tests.unit.test_security import _execute, _run_until_submit
 
 OUTSIDE = "https://collector.example:8443"
@@ -136,7 +136,7 @@ def test_callbacks_mapped_from_an_xcom_license_no_url_and_a_literal_expand_list_
 
 # -- the pieces -------------------------------------------------------------------------------------------------------
 def test_the_destinations_of_a_spec_are_its_loggers_url_arguments():
-    from airflow_tune.spec.callbacks import callback_destinations
+    from airflow_tune.common.spec.callbacks import callback_destinations
 
     cbs = [
         "csv",
@@ -153,7 +153,7 @@ def test_the_destinations_of_a_spec_are_its_loggers_url_arguments():
 
 
 def test_literal_destinations_are_the_urls_the_dag_file_wrote():
-    from airflow_tune.code import literal_destinations
+    from airflow_tune.trust.code import literal_destinations
 
     assert literal_destinations(_mlflow(tracking_uri=OUTSIDE)) == {OUTSIDE}
     assert literal_destinations(json.dumps(_mlflow(tracking_uri=OUTSIDE))) == {OUTSIDE}

@@ -15,14 +15,14 @@ from airflow.sdk import DAG
 from ray import tune
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
-from airflow_tune import code
+from airflow_tune.common.spec import ExperimentSpec, SpecError, code_references
+from airflow_tune.common.spec.callbacks import CREDENTIAL_ARGS, LOGGERS, WANDB_INIT_ARGS
 from airflow_tune.engine import callbacks as engine_callbacks
 from airflow_tune.engine import compat
 from airflow_tune.engine import tuner as tuner_module
 from airflow_tune.engine.imports import EngineError, import_path
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.spec import ExperimentSpec, SpecError, code_references
-from airflow_tune.spec.callbacks import CREDENTIAL_ARGS, LOGGERS, WANDB_INIT_ARGS
+from airflow_tune.trust import code
 from tests.unit.test_argument_forms import BASE as OPERATOR_BASE
 from tests.unit.test_argument_forms import TEMPLATE_FORMS
 from tests.unit.test_argument_forms import _spec as operator_spec

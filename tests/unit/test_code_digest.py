@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune.code import trainable_code
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.utils.shipping import trainable_code
 
 SOURCE = """
 CHOICES = {{"a", "b", "c", "d", "e"}}
@@ -68,7 +68,7 @@ def test_the_digest_is_the_same_in_every_try_whatever_the_hash_seed(tmp_path):
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('unusual_prefix_a_my_dag', {dag_file!r})\n"
         "m = importlib.util.module_from_spec(spec); sys.modules[spec.name] = m; spec.loader.exec_module(m)\n"
-        "from airflow_tune.code import trainable_code\n"
+        "from airflow_tune.utils.shipping import trainable_code\n"
         "print(trainable_code(m.train).digest)\n"
     )
     digests = set()

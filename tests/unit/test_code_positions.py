@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.code import CodeReferenceError, literal_import_paths, review_references
-from airflow_tune.spec import ExperimentSpec, code_references
+from airflow_tune.common.spec import ExperimentSpec, code_references
+from airflow_tune.trust.code import CodeReferenceError, literal_import_paths, review_references
 from tests.unit.test_security import _execute, _run_until_submit
 
 A, B = "my_models.zoo:Small", "my_models.zoo:Large"

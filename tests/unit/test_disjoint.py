@@ -1,7 +1,7 @@
-"""Experiments are disjoint (airflow_tune/disjoint.py): an experiment folder inside another experiment's folder (its
-trials, its best checkpoint) or a registry's, or holding one, is refused naming the field, the folder and its owner,
-never the other spec's values; siblings, a retry and ordinary folders pass; the listing below a new folder is bounded
-and the probes above it cost a few requests a level (a dict as the store; S3's paging through moto in process; a
+"""Experiments are disjoint (airflow_tune/trust/disjoint.py): an experiment folder inside another experiment's folder
+(its trials, its best checkpoint) or a registry's, or holding one, is refused naming the field, the folder and its
+owner, never the other spec's values; siblings, a retry and ordinary folders pass; the listing below a new folder is
+bounded and the probes above it cost a few requests a level (a dict as the store; S3's paging through moto in process; a
 local folder through pyarrow). tests/e2e/test_disjoint.py runs the same rule through Airflow on the real stack."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import disjoint
-from airflow_tune.disjoint import NestedFolderError, check_experiment_folder, first_nested, nested_in
+from airflow_tune.common.spec.naming import parse_storage_uri
 from airflow_tune.exceptions import ExperimentStorageError
-from airflow_tune.spec.naming import parse_storage_uri
+from airflow_tune.trust import disjoint
+from airflow_tune.trust.disjoint import NestedFolderError, check_experiment_folder, first_nested, nested_in
 from tests.support.fake_store import DictStore
 
 ROOT = "s3://bkt/exps"
@@ -278,8 +278,8 @@ def test_the_operator_refuses_before_writing_or_submitting(monkeypatch):
     files: dict[str, Any] = {}
     _experiment(files, f"{ROOT}/first")
     before = dict(files)
-    monkeypatch.setattr("airflow_tune.disjoint.store_for", dict_stores(files))
-    monkeypatch.setattr("airflow_tune.storage.write_bytes", files.__setitem__)
+    monkeypatch.setattr("airflow_tune.trust.disjoint.store_for", dict_stores(files))
+    monkeypatch.setattr("airflow_tune.common.storage.write_bytes", files.__setitem__)
     op = RayTuneOperator(
         task_id="tune",
         trainable="pkg.mod:train",
@@ -303,7 +303,7 @@ def test_the_operator_refuses_before_writing_or_submitting(monkeypatch):
 
 def test_disjoint_imports_neither_airflow_nor_ray_nor_boto3_nor_pyarrow_at_import():
     code = (
-        "import sys; import airflow_tune.disjoint; "
+        "import sys; import airflow_tune.trust.disjoint; "
         "print([m for m in ('ray', 'boto3', 'pyarrow', 'airflow') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -311,6 +311,7 @@ def test_disjoint_imports_neither_airflow_nor_ray_nor_boto3_nor_pyarrow_at_impor
 
 
 def test_the_registry_layout_is_the_registrys_own():
-    from airflow_tune import registry, registry_owner
+    from airflow_tune.registries import owner as registry_owner
+    from airflow_tune.registries import s3 as registry
 
     assert (disjoint.CHAMPION_FILE, disjoint.REGISTRY_OWNER_FILE) == (registry.CHAMPION_FILE, registry_owner.OWNER_FILE)

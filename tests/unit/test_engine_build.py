@@ -9,8 +9,8 @@ from ray import tune
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.search import sample
 
+from airflow_tune.common.spec import PRIMITIVES, ExperimentSpec
 from airflow_tune.engine import build
-from airflow_tune.spec import PRIMITIVES, ExperimentSpec
 
 
 def _spec(**fields) -> ExperimentSpec:

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_tune.common.spec import ExperimentSpec, SpecError
 from airflow_tune.engine import compat, progress
 from airflow_tune.engine.imports import EngineError
-from airflow_tune.spec import ExperimentSpec, SpecError
 
 
 def _spec() -> ExperimentSpec:

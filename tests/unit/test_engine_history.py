@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tune import jsonsafe, storage
+from airflow_tune.common import jsonsafe, storage
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import history
-from airflow_tune.spec import ExperimentSpec
 
 
 def _spec(tmp_path, **fields) -> ExperimentSpec:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import progress, result_manifest
-from airflow_tune.spec import ExperimentSpec
 
 
 def _spec() -> ExperimentSpec:

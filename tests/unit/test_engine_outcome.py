@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from airflow_tune.common.spec import ExperimentSpec, SpecError
 from airflow_tune.engine import compat
 from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
-from airflow_tune.spec import ExperimentSpec, SpecError
 
 
 def _spec(**fields: Any) -> ExperimentSpec:

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import progress, result_manifest
-from airflow_tune.spec import ExperimentSpec
 
 
 def _spec(**fields) -> ExperimentSpec:
@@ -133,7 +133,8 @@ def test_engine_never_imports_airflow():
     code = (
         "import sys\n"
         "import airflow_tune.engine.__main__, airflow_tune.engine.build, airflow_tune.engine.progress\n"
-        "import airflow_tune.storage, airflow_tune.checkpoints, airflow_tune.spec, airflow_tune.jsonsafe\n"
+        "import airflow_tune.common.storage, airflow_tune.checkpoints, airflow_tune.common.spec\n"
+        "import airflow_tune.common.jsonsafe\n"
         "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
         "print('AIRFLOW_MODULES', bad)\n"
     )

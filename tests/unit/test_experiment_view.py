@@ -134,8 +134,8 @@ def test_a_finished_experiment_shows_the_result_the_promotion_and_stops_refreshi
 
 
 def test_a_min_mode_experiment_sorts_ascending(api, tmp_path):
-    from airflow_tune import storage
-    from airflow_tune.contract import RESULT_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import RESULT_FILE, manifest_uri
 
     make_experiment(str(tmp_path), "loss", 5, owner=OWNER)
     uri = _uri(tmp_path, "loss")
@@ -163,8 +163,8 @@ def test_an_interrupted_experiment_without_a_result(api, tmp_path):
 def test_a_retry_running_over_a_failed_result_shows_the_new_run(api, tmp_path):
     made = make_experiment(str(tmp_path), "again", 4, errored=4, failed=True, owner=OWNER)
     # The retry restores the experiment and writes progress again, after the failed result.
-    from airflow_tune import storage
-    from airflow_tune.contract import PROGRESS_FILE, manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import PROGRESS_FILE, manifest_uri
     from airflow_tune.engine.progress import progress_snapshot
 
     for t in made.trials:
@@ -316,8 +316,8 @@ def test_2000_trials_stay_within_the_limits(api, tmp_path):
 def test_the_experiment_uri_comes_from_the_result_then_the_rendered_fields_then_the_dag():
     from types import SimpleNamespace
 
+    from airflow_tune.common.spec import experiment_name_for
     from airflow_tune.plugins.experiment_app import _experiment_uri, parse_map_index
-    from airflow_tune.spec import experiment_name_for
 
     facts = _facts(state="deferred")
     default = experiment_name_for(DAG, TASK, RUN, -1)

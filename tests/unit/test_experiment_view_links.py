@@ -134,8 +134,8 @@ def test_the_deployments_server_is_the_mlflow_connection(monkeypatch, connection
 
 # -- through the view's endpoint (the real app and auth, files the engine's code wrote) ---------------------------
 def _track(tmp_path, name: str, tracking: dict[str, Any] | None, file: str = "result.json") -> None:
-    from airflow_tune import storage
-    from airflow_tune.contract import manifest_uri
+    from airflow_tune.common import storage
+    from airflow_tune.common.contract import manifest_uri
 
     uri = manifest_uri(_uri(tmp_path, name), file)
     doc = storage.read_json_or_none(uri)

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.lineage import dataset_name, named_dataset_uris, promote_dataset_names, tune_dataset_names
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.utils.lineage import dataset_name, named_dataset_uris, promote_dataset_names, tune_dataset_names
 
 EXP = "s3://ml-bucket/experiments/retrain__tune__run1"
 CKPT = f"{EXP}/trial_0001/checkpoint_000002"
@@ -226,7 +226,7 @@ def test_importing_the_operators_imports_nothing_of_openlineage(tmp_path) -> Non
         "import sys, json\n"
         "import airflow.sdk\n"
         "before = {m for m in sys.modules if 'openlineage' in m}\n"
-        "import airflow_tune.operators.tune, airflow_tune.operators.promote, airflow_tune.lineage\n"
+        "import airflow_tune.operators.tune, airflow_tune.operators.promote, airflow_tune.utils.lineage\n"
         "after = {m for m in sys.modules if 'openlineage' in m}\n"
         "print(json.dumps([sorted(after - before), sorted(m for m in after if m.startswith('openlineage'))]))\n"
     )

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.lineage import dataset_name, named_dataset_uris, promote_dataset_names, tune_dataset_names
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.utils.lineage import dataset_name, named_dataset_uris, promote_dataset_names, tune_dataset_names
 
 SECRETS = ("user", "secret", "token", "frag", "9000", "pw")
 

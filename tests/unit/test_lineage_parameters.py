@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import lineage_parameters
-from airflow_tune.lineage_parameters import (
+from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.operators.promote import PromoteCheckpointOperator
+from airflow_tune.operators.tune import RayTuneOperator
+from airflow_tune.utils import lineage_parameters
+from airflow_tune.utils.lineage_parameters import (
     FACET_KEY,
     MAX_VALUE_CHARS,
     PRODUCER,
@@ -20,9 +23,6 @@ from airflow_tune.lineage_parameters import (
     tune_parameters,
     without_credentials,
 )
-from airflow_tune.operators.promote import PromoteCheckpointOperator
-from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.spec import ExperimentSpec
 from tests.support.openlineage_schemas import EXECUTION_PARAMETERS_SCHEMA_URL, validate_run_facet
 
 EXP = "s3://ml-bucket/experiments/retrain__tune__run1"

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_tune import mlflow_model
+from airflow_tune.common.provenance import files_digest
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.provenance import files_digest
+from airflow_tune.registries import mlflow_model
 
 
 def load(checkpoint_dir):  # a loader function
@@ -116,7 +116,7 @@ def _version(source: str, **tags: str) -> SimpleNamespace:
     ],
 )
 def test_a_version_whose_model_is_not_where_its_promotion_writes_it_is_refused_before_any_read(source, tags):
-    from airflow_tune.registry_mlflow import proven_version
+    from airflow_tune.registries.mlflow import proven_version
 
     tags = {"checkpoint_uri": "s3://b/exp/t/checkpoint_1", "checkpoint_digest": "sha256:c", **tags}
     version = _version(source, experiment_uri="s3://b/exp", **tags)
@@ -126,7 +126,7 @@ def test_a_version_whose_model_is_not_where_its_promotion_writes_it_is_refused_b
 
 
 def test_the_folder_of_a_models_registry_version_is_in_its_experiment_s_manifest_folder():
-    from airflow_tune.registry_mlflow import model_folder_uri
+    from airflow_tune.registries.mlflow import model_folder_uri
 
     assert (
         model_folder_uri("s3://b/exp/", "20260101T000000Z-t1") == "s3://b/exp/.airflow_tune/models/20260101T000000Z-t1"

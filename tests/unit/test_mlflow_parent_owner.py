@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.spec import ExperimentSpec
+from airflow_tune.common.spec import ExperimentSpec
 from tests.unit.test_mlflow_tracking import BASE, TRACKING, FakeClient
 
 pytest.importorskip("mlflow")

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG, Connection
 
-from airflow_tune.contract import MLFLOW_RESULT_KEYS, RESULT_KEYS, xcom_result
-from airflow_tune.following import progress_lines
+from airflow_tune.common.contract import MLFLOW_RESULT_KEYS, RESULT_KEYS, xcom_result
+from airflow_tune.common.spec import IDENTITY_FIELDS, ExperimentSpec, SpecError
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.spec import IDENTITY_FIELDS, ExperimentSpec, SpecError
+from airflow_tune.utils.following import progress_lines
 
 BASE: dict[str, Any] = {
     "trainable": "pkg.mod:train",

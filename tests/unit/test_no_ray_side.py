@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune import code, ray_extra
-from airflow_tune.hooks import packages
+from airflow_tune.hooks import packages, ray_extra
 from airflow_tune.hooks.jobs_client import submit_body
-from airflow_tune.ray_extra import RAY_EXTRA, RayExtraMissing
+from airflow_tune.hooks.ray_extra import RAY_EXTRA, RayExtraMissing
+from airflow_tune.utils import shipping
 
 
 def test_submit_body_leaves_out_none_values_as_rays_client_does():
@@ -149,8 +149,10 @@ def test_refusals_without_ray_name_the_extra_and_say_nothing_was_submitted(monke
     module.train.__module__ = module.__name__
     monkeypatch.setitem(sys.modules, module.__name__, module)
     with pytest.raises(RayExtraMissing, match="pickling the trainable unusual_prefix_x_dagfile:train by value"):
-        code.trainable_code(module.train)
-    assert code.trainable_code(code.describe).import_path == "airflow_tune.code:describe"  # by name: no Ray needed
+        shipping.trainable_code(module.train)
+    assert (
+        shipping.trainable_code(shipping.describe).import_path == "airflow_tune.utils.shipping:describe"
+    )  # by name: no Ray needed
 
 
 def test_by_value_loads_between_any_two_supported_releases_and_not_outside():
@@ -172,7 +174,7 @@ def test_refuse_by_value_names_both_versions(monkeypatch):
 
 def test_the_modules_import_no_ray():
     probe = (
-        "import sys; import airflow_tune.ray_extra, airflow_tune.hooks.packages, airflow_tune.hooks.jobs_client; "
+        "import sys; import airflow_tune.hooks.ray_extra, airflow_tune.hooks.packages, airflow_tune.hooks.jobs_client; "
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
@@ -190,7 +192,7 @@ def test_by_value_refused_across_python_minors_naming_both_and_the_fix():
 
 
 def test_cluster_python_range():
-    from airflow_tune.versions import python_minor, python_version_problem
+    from airflow_tune.common.versions import python_minor, python_version_problem
 
     assert python_minor("3.13.1") == (3, 13) and python_minor("x") is None
     for ok in ("3.10.13", "3.11.7", "3.12.1", "3.13.0"):

@@ -15,9 +15,9 @@ from unittest import mock
 import pytest
 from airflow.sdk import DAG, task
 
+from airflow_tune.common.spec.naming import StorageURIError
 from airflow_tune.operators.promote import PromoteCheckpointOperator
-from airflow_tune.promote_written import PromotionTargetError, Written, check_gate, check_registry
-from airflow_tune.spec.naming import StorageURIError
+from airflow_tune.registries.promote_written import PromotionTargetError, Written, check_gate, check_registry
 
 ROOTS_ENV = "AIRFLOW__AIRFLOW_TUNE__ALLOWED_STORAGE_ROOTS"
 TEAM_ROOT = "s3://ml-bucket/models/team-a/{{ params.model }}"
@@ -204,7 +204,7 @@ def test_a_fully_rendered_s3_registry_is_admitted_by_the_deployment_s_storage_ro
     monkeypatch.setenv(ROOTS_ENV, "s3://elsewhere/x")
     conn = {"conn_type": "ray", "host": "127.0.0.1", "extra": {"allowed_storage_roots": ["s3://shared/models"]}}
     monkeypatch.setenv("AIRFLOW_CONN_RAY_UNIT", json.dumps(conn))
-    from airflow_tune.promote_written import check_task
+    from airflow_tune.registries.promote_written import check_task
 
     check_task(op)  # the ray connection's extra admits it
     monkeypatch.setenv("AIRFLOW_CONN_RAY_UNIT", "not a connection")
@@ -228,7 +228,7 @@ def _mapped(source: Any, argument: str, value: str) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize(("argument", "value"), [("registry_uri", "s3://ml-bucket/models/team-b"), ("gate", "always")])
 def test_a_registry_or_gate_mapped_from_an_xcom_is_data_and_a_literal_expand_list_is_code(argument, value):
-    from airflow_tune.promote_written import check_task
+    from airflow_tune.registries.promote_written import check_task
 
     @task
     def chosen() -> list[str]:

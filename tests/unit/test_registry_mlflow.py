@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from airflow_tune.gates import gate_decision
-from airflow_tune.registry_mlflow import parse_model_uri, registered_model_name
+from airflow_tune.registries.gates import gate_decision
+from airflow_tune.registries.mlflow import parse_model_uri, registered_model_name
 
 
 @pytest.mark.parametrize(

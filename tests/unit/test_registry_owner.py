@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.registry_mlflow import MLflowRegistry
-from airflow_tune.registry_owner import (
+from airflow_tune.registries.mlflow import MLflowRegistry
+from airflow_tune.registries.owner import (
     OWNER_FILE,
     OWNER_TAG,
     RegistryOwnerError,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_tune import reconcile
+from airflow_tune.common.spec import ExperimentSpec, restore_conflicts
 from airflow_tune.exceptions import ExperimentConflictError
-from airflow_tune.spec import ExperimentSpec, restore_conflicts
+from airflow_tune.utils import reconcile
 
 pytestmark = pytest.mark.unit
 

@@ -15,10 +15,10 @@ from unittest import mock
 import pytest
 from airflow.sdk import DAG
 
-from airflow_tune.code import CodeReferenceError, literal_import_paths
+from airflow_tune.common.spec import ExperimentSpec, SpecError, code_references
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.spec import ExperimentSpec, SpecError, code_references
+from airflow_tune.trust.code import CodeReferenceError, literal_import_paths
 
 EVAL = {"eval": "__import__('pathlib').Path('/tmp/aft-pwned').touch()"}
 PAYLOAD_PATH = "subprocess:getoutput"
@@ -59,7 +59,7 @@ def _execute(params: dict[str, Any], native: bool = False, **kwargs: Any) -> Ray
     ti = _ti()
     context = {"params": params, "ti": ti, "task_instance": ti, "run_id": "manual__1", "dag": dag, "task": op}
     op.render_template_fields(context)  # type: ignore[arg-type]
-    with mock.patch("airflow_tune.storage.read_json_or_none", side_effect=AssertionError("storage read")):
+    with mock.patch("airflow_tune.common.storage.read_json_or_none", side_effect=AssertionError("storage read")):
         op.execute(context)  # type: ignore[arg-type]
     return op
 
@@ -313,7 +313,7 @@ def test_literal_import_paths_ignore_everything_a_template_renders():
 def test_arguments_mapped_from_an_xcom_are_data_and_literal_expand_lists_are_code():
     from airflow.sdk import task
 
-    from airflow_tune.code import arguments_mapped_from_data
+    from airflow_tune.trust.code import arguments_mapped_from_data
 
     names = {"trainable", "param_space", "scheduler", "search"}
     common = {"storage_path": "s3://b/e", "metric": "m", "mode": "min"}

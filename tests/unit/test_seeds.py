@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from airflow_tune.common.spec import ExperimentSpec, SpecError
+from airflow_tune.common.spec import points as pts
 from airflow_tune.engine import build, seeds
 from airflow_tune.operators.tune_spec import TuneSpecBuilder
-from airflow_tune.spec import ExperimentSpec, SpecError
-from airflow_tune.spec import points as pts
 
 SPACE: dict[str, Any] = {
     "x": {"uniform": [0, 10]},

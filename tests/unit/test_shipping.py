@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.code import SHIPPED_PACKAGE, shipped_package, trainable_code
+from airflow_tune.utils.shipping import SHIPPED_PACKAGE, shipped_package, trainable_code
 
 DAG_FILE = """
 from ray import tune

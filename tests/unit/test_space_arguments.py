@@ -11,9 +11,9 @@ import pytest
 from ray import tune
 from ray.tune.search import sample
 
+from airflow_tune.common.spec import ExperimentSpec, SpecError
+from airflow_tune.common.spec.space import PARAMETERS, ArgumentNameError, positional_arguments
 from airflow_tune.engine import build
-from airflow_tune.spec import ExperimentSpec, SpecError
-from airflow_tune.spec.space import PARAMETERS, ArgumentNameError, positional_arguments
 
 BASE = {"trainable": "m:f", "name": "e", "storage_path": "s3://bucket/x", "metric": "loss", "mode": "min"}
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from airflow_tune.contract import MANIFEST_DIR, join_uri, manifest_uri
-from airflow_tune.spec import (
+from airflow_tune.common.contract import MANIFEST_DIR, join_uri, manifest_uri
+from airflow_tune.common.spec import (
     PRIMITIVES,
     SCHEDULERS,
     SEARCHERS,
@@ -779,7 +779,7 @@ def test_experiment_name_for_keeps_identities_apart():
 # --- imports -------------------------------------------------------------------------------------------------------
 def test_spec_imports_neither_airflow_nor_ray():
     code = (
-        "import sys, airflow_tune.spec\n"
+        "import sys, airflow_tune.common.spec\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'ray', 'boto3', 'botocore'))\n"
         "print(bad)\n"
         "sys.exit(1 if bad else 0)\n"

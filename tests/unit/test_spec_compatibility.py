@@ -18,9 +18,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from airflow_tune.spec import PRIMITIVES, SEARCHERS, ExperimentSpec, SpecError
-from airflow_tune.spec.compatibility import SEARCHER_SPACES, searcher_primitives
-from airflow_tune.spec.form_schema import search_space_schema
+from airflow_tune.common.spec import PRIMITIVES, SEARCHERS, ExperimentSpec, SpecError
+from airflow_tune.common.spec.compatibility import SEARCHER_SPACES, searcher_primitives
+from airflow_tune.common.spec.form_schema import search_space_schema
 
 BASE: dict[str, Any] = {
     "trainable": "my_pkg.train:train_fn",
@@ -420,7 +420,7 @@ def test_the_tables_match_the_installed_rays_signatures():
     from ray.tune.search.hyperopt import HyperOptSearch
     from ray.tune.search.optuna import OptunaSearch
 
-    from airflow_tune.spec.arguments import (
+    from airflow_tune.common.spec.arguments import (
         SCHEDULER_CODE_ARGS,
         SCHEDULERS,
         SEARCHER_ARGS,

@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from airflow_tune.spec import ExperimentSpec, SpecError
+from airflow_tune.common.spec import ExperimentSpec, SpecError
 
 BASE: dict[str, Any] = {
     "trainable": "my_pkg.train:train_fn",
@@ -172,7 +172,7 @@ def test_legitimate_resources_keep_passing(resources):
 
 
 def test_node_pins_lists_every_node_key_with_its_field():
-    from airflow_tune.spec import node_pins
+    from airflow_tune.common.spec import node_pins
 
     assert node_pins(None) == []
     assert node_pins(spec({"resources": {"cpu": 1, "accel": 1}}).resources) == []
@@ -403,7 +403,7 @@ KIND_ANNOTATIONS = {
 
 @pytest.mark.parametrize("name", sorted(RAY_SEARCHERS))
 def test_searcher_table_matches_rays_signature(name):
-    from airflow_tune.spec.arguments import SEARCHER_ARGS, SEARCHER_CODE_ARGS, SEARCHER_SET_BY_SPEC, SEARCHERS
+    from airflow_tune.common.spec.arguments import SEARCHER_ARGS, SEARCHER_CODE_ARGS, SEARCHER_SET_BY_SPEC, SEARCHERS
 
     assert set(RAY_SEARCHERS) == set(SEARCHERS)
     params = _ray_init_params(*RAY_SEARCHERS[name])
@@ -420,7 +420,7 @@ def test_searcher_table_matches_rays_signature(name):
 
 @pytest.mark.parametrize("name", sorted(RAY_SCHEDULERS))
 def test_scheduler_table_matches_rays_signature(name):
-    from airflow_tune.spec.arguments import SCHEDULER_CODE_ARGS, SCHEDULERS
+    from airflow_tune.common.spec.arguments import SCHEDULER_CODE_ARGS, SCHEDULERS
 
     params = _ray_init_params(*RAY_SCHEDULERS[name])
     code = SCHEDULER_CODE_ARGS.get(name, {})
@@ -430,7 +430,7 @@ def test_scheduler_table_matches_rays_signature(name):
 
 
 def test_ray_constants_the_resource_rules_copy():
-    from airflow_tune.spec import resources
+    from airflow_tune.common.spec import resources
 
     found = importlib.util.find_spec("ray")
     assert found is not None and found.origin is not None
@@ -450,7 +450,7 @@ def test_ray_constants_the_resource_rules_copy():
 
 # -- the trigger form's schema --------------------------------------------------------------------------------------
 def test_form_schema_refuses_a_parameter_name_with_a_trailing_newline():
-    from airflow_tune.spec import search_space_schema
+    from airflow_tune.common.spec import search_space_schema
 
     schema = search_space_schema()
     value = {"uniform": [0, 1]}

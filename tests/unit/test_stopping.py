@@ -12,10 +12,10 @@ import pytest
 from ray import cloudpickle
 from ray.tune.stopper import CombinedStopper, ExperimentPlateauStopper, TrialPlateauStopper
 
+from airflow_tune.common.spec import ExperimentSpec, SpecError
+from airflow_tune.common.spec.stopping import STOPPER_CLASSES, STOPPERS, experiment_stoppers
 from airflow_tune.engine import stopping as engine_stopping
 from airflow_tune.engine.imports import EngineError
-from airflow_tune.spec import ExperimentSpec, SpecError
-from airflow_tune.spec.stopping import STOPPER_CLASSES, STOPPERS, experiment_stoppers
 
 BASE = {"trainable": "m:f", "name": "e", "storage_path": "s3://bucket/x", "metric": "loss", "mode": "min"}
 COMBINED = [

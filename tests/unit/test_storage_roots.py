@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG
 
-from airflow_tune import roots, storage
+from airflow_tune.common import storage
+from airflow_tune.common.spec import ExperimentSpec, SpecError
+from airflow_tune.common.spec.naming import StorageURIError, is_under, normalize_storage_uri, parse_storage_uri
 from airflow_tune.get_provider_info import get_provider_info
 from airflow_tune.hooks.connection import RayEndpoint
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.roots import StorageRootError, check_storage_path, deployment_roots, literal_root, parse_roots
-from airflow_tune.spec import ExperimentSpec, SpecError
-from airflow_tune.spec.naming import StorageURIError, is_under, normalize_storage_uri, parse_storage_uri
+from airflow_tune.trust import roots
+from airflow_tune.trust.roots import StorageRootError, check_storage_path, deployment_roots, literal_root, parse_roots
 
 ROOTS_ENV = "AIRFLOW__AIRFLOW_TUNE__ALLOWED_STORAGE_ROOTS"
 
@@ -407,7 +408,7 @@ def test_roots_imports_neither_ray_nor_boto3_nor_airflow_at_import():
     import sys
 
     code = (
-        "import sys; import airflow_tune.roots, airflow_tune.spec.naming; "
+        "import sys; import airflow_tune.trust.roots, airflow_tune.common.spec.naming; "
         "bad = [m for m in ('ray', 'boto3', 'pyarrow', 'airflow') if m in sys.modules]; print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

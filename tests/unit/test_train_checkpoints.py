@@ -8,9 +8,9 @@ from typing import Any
 
 import pandas as pd
 
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import train_checkpoints
 from airflow_tune.engine.train_checkpoints import CHECKPOINT_PATH_KEY, best_uri, ranked_paths
-from airflow_tune.spec import ExperimentSpec
 
 EXP = "bucket/x/e"  # the experiment's folder as Tune reports paths: no scheme
 

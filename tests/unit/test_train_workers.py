@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_tune.common.spec import ExperimentSpec, SpecError
+from airflow_tune.common.spec.train_workers import worker_group
 from airflow_tune.engine.feasibility import FeasibilityCallback, InfeasibleResourcesError, fits_with_workers
-from airflow_tune.spec import ExperimentSpec, SpecError
-from airflow_tune.spec.train_workers import worker_group
 
 BASE = {"trainable": "m:f", "name": "e", "storage_path": "s3://bucket/x", "metric": "loss", "mode": "min"}
 TWO_CPUS = [{"CPU": 2.0, "memory": 8e9}]

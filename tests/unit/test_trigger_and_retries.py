@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from airflow_tune import jsonsafe
-from airflow_tune.contract import (
+from airflow_tune.common import jsonsafe
+from airflow_tune.common.contract import (
     METADATA_EXPERIMENT,
     METADATA_EXPERIMENT_URI,
     METADATA_FINGERPRINT,
@@ -23,9 +23,9 @@ from airflow_tune.contract import (
     RESULT_FILE,
     digest_of,
 )
+from airflow_tune.common.provenance import seal_line
 from airflow_tune.exceptions import ExperimentConflictError, ExperimentStorageError, RayJobError, RayJobNotFoundError
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.provenance import seal_line
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
 from tests.support.fake_store import dict_stores
@@ -106,7 +106,7 @@ def test_the_trigger_fires_once_when_the_job_ends_and_prints_progress_only_when_
             ),
         ]
     )
-    monkeypatch.setattr("airflow_tune.storage.read_json_if_changed", lambda uri, seen: next(snapshots))
+    monkeypatch.setattr("airflow_tune.common.storage.read_json_if_changed", lambda uri, seen: next(snapshots))
     dashboard = FakeDashboard(["RUNNING", "RUNNING", "SUCCEEDED"])
     events, logged = _events(monkeypatch, dashboard, log_interval=0.0, experiment_uri="s3://b/e")
     assert events == [
@@ -210,20 +210,24 @@ class FakeJobs:
 def files(monkeypatch) -> dict[str, Any]:
     """S3 as a dict: what the operator reads and writes."""
     stored: dict[str, Any] = {}
-    monkeypatch.setattr("airflow_tune.storage.read_json_or_none", lambda uri: json.loads(json.dumps(stored.get(uri))))
-    monkeypatch.setattr("airflow_tune.storage.write_json", stored.__setitem__)
-    monkeypatch.setattr("airflow_tune.disjoint.store_for", dict_stores(stored))  # and the disjointness probes
-    monkeypatch.setattr("airflow_tune.storage.write_bytes", lambda uri, data: stored.__setitem__(uri, json.loads(data)))
-    monkeypatch.setattr("airflow_tune.storage.exists", lambda uri: uri in stored)
     monkeypatch.setattr(
-        "airflow_tune.storage.read_bytes_or_none", lambda uri: _bytes(stored[uri]) if uri in stored else None
+        "airflow_tune.common.storage.read_json_or_none", lambda uri: json.loads(json.dumps(stored.get(uri)))
+    )
+    monkeypatch.setattr("airflow_tune.common.storage.write_json", stored.__setitem__)
+    monkeypatch.setattr("airflow_tune.trust.disjoint.store_for", dict_stores(stored))  # and the disjointness probes
+    monkeypatch.setattr(
+        "airflow_tune.common.storage.write_bytes", lambda uri, data: stored.__setitem__(uri, json.loads(data))
+    )
+    monkeypatch.setattr("airflow_tune.common.storage.exists", lambda uri: uri in stored)
+    monkeypatch.setattr(
+        "airflow_tune.common.storage.read_bytes_or_none", lambda uri: _bytes(stored[uri]) if uri in stored else None
     )
 
     def file_digests(uri: str, recursive: bool = True) -> dict[str, str]:
         below = {k[len(uri.rstrip("/")) + 1 :]: v for k, v in stored.items() if k.startswith(uri.rstrip("/") + "/")}
         return {k: digest_of(_bytes(v)) for k, v in below.items() if recursive or "/" not in k}
 
-    monkeypatch.setattr("airflow_tune.storage.file_digests", file_digests)
+    monkeypatch.setattr("airflow_tune.common.storage.file_digests", file_digests)
     return stored
 
 

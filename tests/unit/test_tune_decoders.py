@@ -4,8 +4,8 @@ Ray Tune turns JSON into code in two ways: ``eval`` of a ``{"eval": ...}`` node 
 (``variant_generator._try_resolve``), and ``cloudpickle.loads`` of a ``{"_type": "CLOUDPICKLE_FALLBACK"}`` node while
 its JSON decoder reads experiment state back (``TuneFunctionDecoder.object_hook``, opted in by
 ``_loads_with_cloudpickle``). These tests read the installed Ray's source: every key a branch tests before it reaches
-``eval``/``exec``/an unpickler must be in :data:`~airflow_tune.spec.TUNE_DECODER_KEYS`, and the places that decode
-JSON or evaluate text are exactly the known ones, so a new marker or a new decoder in a later Ray fails here.
+``eval``/``exec``/an unpickler must be in :data:`~airflow_tune.common.spec.TUNE_DECODER_KEYS`, and the places that
+decode JSON or evaluate text are exactly the known ones, so a new marker or a new decoder in a later Ray fails here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_tune.spec import TUNE_DECODER_KEYS, ExperimentSpec, SpecError
+from airflow_tune.common.spec import TUNE_DECODER_KEYS, ExperimentSpec, SpecError
 
 pytest.importorskip("ray")
 
@@ -139,7 +139,7 @@ def test_every_key_a_tune_decoder_acts_on_is_refused_by_the_spec_grammar():
     assert {"_type", "eval"} <= acted_on, sites
     assert acted_on <= TUNE_DECODER_KEYS, (
         f"Ray Tune's decoders act on keys the spec grammar lets through: {sorted(acted_on - TUNE_DECODER_KEYS)}; "
-        "add them to airflow_tune.spec.space.TUNE_DECODER_KEYS"
+        "add them to airflow_tune.common.spec.space.TUNE_DECODER_KEYS"
     )
 
 

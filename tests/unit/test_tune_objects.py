@@ -16,9 +16,9 @@ import pytest
 from ray import tune
 from ray.tune.search import sample
 
+from airflow_tune.common.spec import ExperimentSpec, SpecError
+from airflow_tune.common.spec.tune_objects import is_tune_object, not_carried, space_from_tune
 from airflow_tune.engine import build
-from airflow_tune.spec import ExperimentSpec, SpecError
-from airflow_tune.spec.tune_objects import is_tune_object, not_carried, space_from_tune
 
 BASE = {"trainable": "m:f", "name": "e", "storage_path": "s3://bucket/x", "metric": "loss", "mode": "min"}
 
@@ -246,7 +246,7 @@ def test_a_module_another_thread_is_still_importing_is_read_only_once_built(tmp_
     import threading
     import time
 
-    from airflow_tune.spec import tune_objects
+    from airflow_tune.common.spec import tune_objects
 
     (tmp_path / "aft_slow_module.py").write_text("import time\ntime.sleep(0.5)\nREADY = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -1,4 +1,5 @@
-"""The supported range of the cluster's Ray (airflow_tune.versions): pure logic, read as pip reads >=2.43.0,<2.61."""
+"""The supported range of the cluster's Ray (airflow_tune.common.versions): pure logic, read as pip reads
+>=2.43.0,<2.61."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from airflow_tune.versions import SUPPORTED_RAY, describe_supported_ray, ray_version_problem
+from airflow_tune.common.versions import SUPPORTED_RAY, describe_supported_ray, ray_version_problem
 
 
 def test_the_range_is_the_one_the_ray_extra_installs():
@@ -52,7 +53,7 @@ def test_garbage_is_a_problem_naming_the_value_and_the_range(version):
 
 
 def test_the_module_imports_no_ray():
-    code = "import sys, airflow_tune.versions; print('ray' in sys.modules)"
+    code = "import sys, airflow_tune.common.versions; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_tune.operators.tune import RayTuneOperator
-from airflow_tune.promote_written import PromotionTargetError
+from airflow_tune.registries.promote_written import PromotionTargetError
 
 
 def _op(warm_start: str, rendered: str, roots: tuple[str, ...] = ()) -> RayTuneOperator:

@@ -33,7 +33,7 @@ class Evidence(tune.Callback):
         )
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        from airflow_tune import storage
+        from airflow_tune.common import storage
 
         storage.write_json(self.uri, {"tag": self.tag, "set_up": self.set_up, "completed": self.completed})
 

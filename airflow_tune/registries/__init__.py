@@ -1,0 +1,3 @@
+"""Where promotions go: the S3 registry (:mod:`.s3`), the MLflow Model Registry (:mod:`.mlflow`, with the MLflow
+Model it writes, :mod:`.mlflow_model`), the registries' owners (:mod:`.owner`), the gates (:mod:`.gates`) and where
+a promotion may write (:mod:`.promote_written`). The promotion operator decides; these read and write."""

@@ -1,0 +1,206 @@
+"""How code written in the DAG file reaches the cluster: by import path when the cluster can import it by name, else
+pickled by value with cloudpickle in a small generated package shipped with the job (``py_modules``).
+
+A trainable in the DAG file (which Airflow loads under a generated module name), a lambda or a closure cannot be
+imported by name on the cluster. What may be shipped at all is :mod:`airflow_tune.trust.code`'s rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The package a by-value trainable travels in (a folder in the job's ``py_modules``).
+SHIPPED_PACKAGE = "airflow_tune_shipped"
+_PICKLE_FILE = "trainable.pkl"
+
+
+def _importable_by_name(module_name: str) -> bool:
+    """Whether ``module_name`` names a module on the path, not just one in ``sys.modules`` under a made-up name.
+
+    Airflow loads each DAG file as ``unusual_prefix_<hash>_<file>``; such a module is in ``sys.modules`` (so
+    ``importlib.util.find_spec`` finds it) but no other process can import it by that name.
+    """
+    if module_name == "__main__":
+        return False
+    top = module_name.partition(".")[0]
+    if top in sys.builtin_module_names:
+        return True
+    try:
+        return importlib.machinery.PathFinder.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class TrainableCode:
+    """How a trainable given as a Python object reaches the cluster.
+
+    :param source: ``module:qualname`` as the DAG file has it, for messages and the UI.
+    :param import_path: the path the engine imports: the object's own, or the shipped package's.
+    :param payload: the cloudpickle bytes when shipped by value, else None.
+    :param digest: when shipped by value, a digest of its code (see :func:`code_digest`), part of the experiment's
+        identity: two DAG files' ``train`` functions, or an edited one, are different trainables.
+    """
+
+    source: str
+    import_path: str
+    payload: bytes | None = None
+    digest: str | None = None
+
+    @property
+    def by_value(self) -> bool:
+        return self.payload is not None
+
+
+def describe(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def trainable_code(obj: Any) -> TrainableCode:
+    """Decide how ``obj`` travels: by import path when the cluster can import it by name, else by value.
+
+    :raises TypeError: ``obj`` is not a function or class, or cloudpickle cannot pickle it.
+    """
+    if not callable(obj):
+        raise TypeError(
+            f"trainable = {obj!r}: give a function, a tune.Trainable subclass, or an import path 'package.module:name'"
+        )
+    source = describe(obj)
+    module_name = getattr(obj, "__module__", None) or ""
+    qualname = getattr(obj, "__qualname__", "") or ""
+    nested = "<locals>" in qualname or "<lambda>" in qualname
+    if module_name and not nested and _importable_by_name(module_name):
+        return TrainableCode(source=source, import_path=f"{module_name}:{qualname}")
+    payload = _pickle_by_value(obj, module_name, source)
+    name = getattr(obj, "__name__", "")
+    attr = name if name.isidentifier() and not name.startswith("_") else "trainable"
+    return TrainableCode(
+        source=source, import_path=f"{SHIPPED_PACKAGE}:{attr}", payload=payload, digest=code_digest(obj, payload)
+    )
+
+
+def code_digest(obj: Any, payload: bytes) -> str:
+    """A digest of a by-value trainable's code: its source and the source of every function and class of its own
+    module that it refers to by name, transitively (helpers in the DAG file). The same in every try (pickled bytes
+    are not: they may order sets by the process's hash seed); the pickled bytes only when a source is unavailable."""
+    import hashlib
+    import inspect
+
+    module_name = getattr(obj, "__module__", None)
+    namespace = vars(sys.modules[module_name]) if module_name in sys.modules else {}
+    texts: list[str] = []
+    seen: set[int] = set()
+    pending = [obj]
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        try:
+            texts.append(inspect.getsource(item))
+        except (OSError, TypeError):
+            return "sha256:" + hashlib.sha256(payload).hexdigest()
+        for name in sorted(_global_names(item)):
+            ref = getattr(item, "__globals__", namespace).get(name)
+            if (inspect.isfunction(ref) or inspect.isclass(ref)) and getattr(ref, "__module__", None) == module_name:
+                pending.append(ref)
+    return "sha256:" + hashlib.sha256("\n\x00".join(texts).encode()).hexdigest()
+
+
+def _global_names(obj: Any) -> set[str]:
+    """The global names a function's (or a class's methods') code refers to, nested functions included."""
+    import inspect
+    import types
+
+    codes = []
+    if inspect.isfunction(obj):
+        codes.append(obj.__code__)
+    elif inspect.isclass(obj):
+        for value in vars(obj).values():
+            func = getattr(value, "__func__", value)
+            if inspect.isfunction(func):
+                codes.append(func.__code__)
+    names: set[str] = set()
+    while codes:
+        code_object = codes.pop()
+        names.update(code_object.co_names)
+        codes.extend(c for c in code_object.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
+def _pickle_by_value(obj: Any, module_name: str, source: str) -> bytes:
+    from airflow_tune.hooks.ray_extra import RayExtraMissing, ray_installed
+
+    if not ray_installed():
+        raise RayExtraMissing(f"pickling the trainable {source} by value (the cluster cannot import it by name)")
+    from ray import cloudpickle
+
+    module = sys.modules.get(module_name)
+    register = module is not None and module_name != "__main__" and not _importable_by_name(module_name)
+    if register:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return bytes(cloudpickle.dumps(obj))
+    except Exception as exc:
+        raise TypeError(
+            f"trainable {source} cannot be pickled to ship it with the job ({type(exc).__name__}: {exc}); it "
+            "probably holds something that cannot travel (a lock, a connection, the DAG itself). Define it at module "
+            "level without such references, or put it in a module shipped with py_modules= and pass "
+            "'package.module:name'"
+        ) from exc
+    finally:
+        if register:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+_SHIPPED_INIT = '''"""A trainable from an Airflow DAG file, shipped by value by airflow-tune. Generated for one job."""
+
+import pickle
+import sys
+from pathlib import Path
+
+SOURCE = {source!r}
+PICKLED_ON = {python!r}
+
+if tuple(sys.version_info[:2]) != tuple(PICKLED_ON):
+    raise ImportError(
+        f"the trainable {{SOURCE}} was pickled by value on Python {{PICKLED_ON[0]}}.{{PICKLED_ON[1]}} (the Airflow "
+        f"worker) and this Ray node runs Python {{sys.version_info[0]}}.{{sys.version_info[1]}}: run the same Python "
+        "minor version on both sides, or ship the trainable by import path (trainable='package.module:name' with "
+        "py_modules=)"
+    )
+
+{attr} = pickle.loads((Path(__file__).parent / {pickle_file!r}).read_bytes())
+'''
+
+
+@contextlib.contextmanager
+def shipped_package(code: TrainableCode) -> Iterator[str]:
+    """A folder holding the by-value trainable as the package :data:`SHIPPED_PACKAGE`, for ``py_modules``.
+
+    The folder exists only while the job is submitted (Ray uploads it then); it is removed on exit.
+    """
+    if code.payload is None:
+        raise ValueError(f"{code.source} is shipped by import path, not by value")
+    root = Path(tempfile.mkdtemp(prefix="aft-shipped-"))
+    try:
+        package = root / SHIPPED_PACKAGE
+        package.mkdir()
+        (package / _PICKLE_FILE).write_bytes(code.payload)
+        attr = code.import_path.partition(":")[2]
+        (package / "__init__.py").write_text(
+            _SHIPPED_INIT.format(
+                source=code.source, python=list(sys.version_info[:2]), attr=attr, pickle_file=_PICKLE_FILE
+            )
+        )
+        yield str(package)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
