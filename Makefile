@@ -127,7 +127,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check -c constraints.txt uv
 	$(UV) pip install -q --python $(PY) --compile-bytecode -c constraints.txt \
-	  -e ".[ray,examples,optuna,hyperopt,bayesopt,local,openlineage,mlflow]" --group test --group lint --group docs
+	  -e ".[ray,examples,optuna,hyperopt,bayesopt,nevergrad,zoopt,bohb,local,openlineage,mlflow]" --group test --group lint --group docs
 	rm -rf airflow_tune.egg-info
 	touch $(STAMP)
 

@@ -18,7 +18,7 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 from airflow_tune.common import storage
 from airflow_tune.common.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
 from airflow_tune.common.spec.space import ArgumentNameError, bound_arguments
-from airflow_tune.engine import compat
+from airflow_tune.engine import compat, factories
 from airflow_tune.engine.imports import EngineError, import_path
 from airflow_tune.engine.seeds import seed_points
 from airflow_tune.engine.stopping import build_stop
@@ -160,13 +160,16 @@ def _ray_bundle(bundle: Mapping[str, float]) -> dict[str, float]:
 
 # --- scheduler and searcher ---------------------------------------------------------------------------------------
 def build_scheduler(spec: ExperimentSpec) -> Any:
-    """The trial scheduler. Metric and mode are left to the Tuner, which refuses schedulers that carry their own."""
+    """The trial scheduler. A named one gets metric and mode from the Tuner; a factory's may carry its own, the
+    spec's (see :mod:`.factories`)."""
     sched = spec.scheduler
     args = dict(sched.args)
     if sched.factory:
         factory = import_path(sched.factory, "scheduler.factory")
         with _missing_package_is_fatal(f"scheduler.factory {sched.factory!r}"):
-            return factory(**args)
+            built = factory(**args)
+        factories.check_own_objective(built, f"scheduler.factory {sched.factory!r}", spec.metric, spec.mode)
+        return built
     from ray.tune import schedulers
 
     name = SCHEDULER_ALIASES.get(str(sched.name).lower(), str(sched.name).lower())
@@ -205,8 +208,9 @@ def concurrency_limit(spec: ExperimentSpec) -> int | None:
     return min(limits) if limits else None
 
 
-def build_search(spec: ExperimentSpec) -> Any:
-    """The search algorithm, with the concurrency limit applied here.
+def build_search(spec: ExperimentSpec, *, own_objective: bool = False) -> Any:
+    """The search algorithm, with the concurrency limit applied here; a named searcher built with the spec's metric
+    and mode when ``own_objective`` (the scheduler carries its own, so the Tuner gives none).
 
     Tune (2.43 to 2.60) ignores ``TuneConfig(max_concurrent_trials=...)`` (with only a warning) when the search
     algorithm is a ``BasicVariantGenerator`` instance, as the random/grid one is: the limit must be given to the
@@ -221,7 +225,8 @@ def build_search(spec: ExperimentSpec) -> Any:
     if search.factory:
         factory = import_path(search.factory, "search.factory")
         with _missing_package_is_fatal(f"search.factory {search.factory!r}"):
-            searcher = factory(points_to_evaluate=points, **args) if points else factory(**args)
+            searcher = factories.build_searcher(factory, args, points, spec.param_space)
+        factories.check_own_objective(searcher, f"search.factory {search.factory!r}", spec.metric, spec.mode)
     else:
         name = str(search.name).lower()
         package = SEARCHERS.get(name)
@@ -234,6 +239,8 @@ def build_search(spec: ExperimentSpec) -> Any:
                 args.setdefault("max_concurrent", limit)
             return _construct(BasicVariantGenerator, args, f"search {search.name!r}", points_to_evaluate=points)
         what = f"search {search.name!r}"
+        objective = {"metric": spec.metric, "mode": spec.mode} if own_objective else {}
+        args = {**{k: v for k, v in objective.items() if k not in args}, **args}
         if name == "optuna":
             from ray.tune.search.optuna import OptunaSearch
 
@@ -315,15 +322,21 @@ def build_run_config(spec: ExperimentSpec, callbacks: list[Any]) -> tune.RunConf
 
 
 def build_tune_config(spec: ExperimentSpec) -> tune.TuneConfig:
+    scheduler = build_scheduler(spec)
+    # Tune raises at fit() when a scheduler carries its own metric and mode and the TuneConfig gives them too.
+    own = factories.carries_objective(scheduler)
+    search_alg = build_search(spec, own_objective=own)
+    if own:
+        factories.check_searcher_objective(search_alg, f"search.factory {spec.search.factory!r}")
     return tune.TuneConfig(
-        metric=spec.metric,
-        mode=spec.mode,
+        metric=None if own else spec.metric,
+        mode=None if own else spec.mode,
         num_samples=spec.num_samples,
         max_concurrent_trials=None,  # applied by build_search, where Tune honours it for every searcher
         time_budget_s=spec.time_budget_s,
         reuse_actors=spec.reuse_actors,
-        scheduler=build_scheduler(spec),
-        search_alg=build_search(spec),
+        scheduler=scheduler,
+        search_alg=search_alg,
     )
 
 
