@@ -15,11 +15,10 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from airflow_tune.common import storage
+from airflow_tune.common.contract import is_mlflow_uri
 
 if TYPE_CHECKING:
     from ray.tune import Checkpoint
-
-MODELS_PREFIX = "models:/"  # an MLflow model version: resolved through the registry (imported only then)
 
 
 def download_checkpoint(
@@ -46,7 +45,7 @@ def download_checkpoint(
     if not uri:
         raise ValueError("no checkpoint URI given: the experiment's best trial saved no checkpoint")
     what = uri
-    if isinstance(uri, str) and uri.startswith(MODELS_PREFIX):
+    if is_mlflow_uri(uri):
         from airflow_tune.registries.mlflow import resolve_checkpoint
 
         uri, expected_digest, what = resolve_checkpoint(uri, mlflow_conn_id, ray_conn_id)
@@ -93,7 +92,7 @@ def load_checkpoint(
 
     if not uri:
         raise ValueError("no checkpoint URI given: the experiment's best trial saved no checkpoint")
-    if expected_digest is not None or (isinstance(uri, str) and uri.startswith(MODELS_PREFIX)):
+    if expected_digest is not None or is_mlflow_uri(uri):
         folder = download_checkpoint(
             uri, expected_digest=expected_digest, mlflow_conn_id=mlflow_conn_id, ray_conn_id=ray_conn_id
         )
@@ -130,7 +129,7 @@ def download_model(
             f"uri = {uri!r}: give models:/<name>@<alias>, models:/<name>/<version> or s3://bucket/models/x"
         )
     extra: tuple[str, ...] = ()
-    if uri.startswith(MODELS_PREFIX):
+    if is_mlflow_uri(uri):
         from airflow_tune.registries.mlflow import resolve_version
 
         proven = resolve_version(uri, mlflow_conn_id, ray_conn_id)

@@ -71,6 +71,15 @@ TRIALS_FILE = "trials.json"
 HISTORY_FILE = "history.json"
 
 
+#: An MLflow Model Registry URI's scheme: a registered model (``models:/<name>``), an alias or a version of one.
+MODELS_PREFIX = "models:/"
+
+
+def is_mlflow_uri(uri: Any) -> bool:
+    """Whether ``uri`` names a model in MLflow's registry (``models:/...``): the one place this is decided."""
+    return isinstance(uri, str) and uri.startswith(MODELS_PREFIX)
+
+
 def join_uri(base: str, *parts: str) -> str:
     out = base.rstrip("/")
     for part in parts:
@@ -220,9 +229,6 @@ RESULT_KEYS = (
     "dashboard_url",
     "finished_at",
     "mlflow",
-    "objectives",
-    "pareto_front",
-    "pareto_front_size",
 )
 #: What the XCom result's ``mlflow`` holds when trials were tracked (null when not): the run map stays in the
 #: manifests, so the XCom stays small whatever the number of trials.
@@ -273,8 +279,6 @@ def xcom_result(manifest: Mapping[str, Any], job_id: str | None, dashboard_url: 
     """The XCom result of a finished experiment: :data:`RESULT_KEYS` of its result manifest."""
     out = {key: manifest.get(key) for key in RESULT_KEYS}
     out["mlflow"] = xcom_mlflow(manifest.get("mlflow"))
-    # Every objective, first the one best_* go by (one for a single metric; a result written before had none).
-    out["objectives"] = manifest.get("objectives") or [{"metric": manifest.get("metric"), "mode": manifest.get("mode")}]
     out["job_id"] = manifest.get("job_id") or job_id
     out["dashboard_url"] = dashboard_url
     return out

@@ -43,9 +43,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         the cluster. An import path must be importable on the cluster (ship it with ``py_modules``/``working_dir``/
         ``pip``). Import paths are code: one that appears only after rendering is refused unless allow-listed.
     :param storage_path: where Tune keeps experiment state and checkpoints, e.g. ``s3://bucket/experiments``.
-    :param metric: the metric the trainable reports and the search optimizes; or a list of them, several objectives,
-        with ``search="optuna"`` (the best trial goes by the first; the result adds the Pareto front).
-    :param mode: ``"min"`` or ``"max"``; a list of them, one per metric, with several objectives.
+    :param metric: the metric the trainable reports and the search optimizes.
+    :param mode: ``"min"`` or ``"max"``.
     :param param_space: the search space as JSON, e.g. ``{"lr": {"loguniform": [1e-4, 1e-1]}}``, or as Tune writes
         it, ``{"lr": tune.loguniform(1e-4, 1e-1)}`` (Tune's sample objects at any depth become that JSON form).
     :param num_samples: samples of the space (times each grid point); -1 until time_budget_s or a stopper ends it.
@@ -141,8 +140,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         *,
         trainable: str | Callable[..., Any] | type,
         storage_path: str,
-        metric: str | list[str],
-        mode: str | list[str],
+        metric: str,
+        mode: str,
         param_space: dict[str, Any] | str | None = None,
         num_samples: int | str = 1,
         max_concurrent_trials: int | str | None = None,
@@ -248,6 +247,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         self.job_id: str | None = None
         self.spec: ExperimentSpec | None = None
         self.returned: dict[str, Any] | None = None  # the XCom result, for lineage (also after a deferral)
+        self.stopped_here = False  # on_kill stopped the job: a STOPPED status is then not a stop from outside
 
     @cached_property
     def hook(self) -> RayHook:
@@ -281,6 +281,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         return self.complete(job_id, status, spec.experiment_uri)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        """The trigger's event: the result believed by the spec ``execute`` submitted, or why the job failed."""
         self.job_id = event.get("job_id")
         experiment_uri = str(event.get("experiment_uri"))
         status = event.get("status")
@@ -290,13 +291,15 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
             raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
         if status == "pending_timeout":
             raise RayJobError(str(event.get("message")))
-        # The spec again, as execute() built it: the result read back is believed only when it is this spec's.
-        self.spec = self.build_spec(context)
+        # The result is believed only when it is the spec's that execute() submitted: the job's own, proven by the
+        # digest Ray keeps, so that no registry or connection is read again now (one may be down by then).
+        self.spec = reconcile.spec_of_job(self.hook, str(self.job_id), context["ti"])
         return self.complete(str(self.job_id), str(status), experiment_uri, event.get("message"))
 
     def on_kill(self) -> None:
         """Stop the Ray job with SIGINT so Tune saves its state; the next try resumes the experiment."""
         if self.job_id:
+            self.stopped_here = True
             self.log.info("Stopping Ray job %s; Tune saves the experiment state for the next try", self.job_id)
             try:
                 self.hook.stop_job(self.job_id)
@@ -308,7 +311,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         """The XCom result of a finished job, or a task failure that says why the job did not succeed."""
         if status == "SUCCEEDED":
             return self._xcom_result(reconcile.read_result(self.hook, experiment_uri, job_id, self.spec), job_id)
-        raise RayJobError(reconcile.job_failure(self.hook, job_id, status, message))
+        raise RayJobError(reconcile.job_failure(self.hook, job_id, status, message, stopped_here=self.stopped_here))
 
     def _xcom_result(self, result: dict[str, Any], job_id: str | None) -> dict[str, Any]:
         chosen = result.get("job_id") or job_id

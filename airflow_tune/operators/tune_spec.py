@@ -257,14 +257,15 @@ class TuneSpecBuilder:
 
         :param param_space: the rendered search space.
         """
+        from airflow_tune.common.contract import is_mlflow_uri
         from airflow_tune.common.spec.points import restrict
 
         if not self.warm_start:
             return None
-        if isinstance(self.warm_start, str) and ("://" in self.warm_start or self.warm_start.startswith("models:/")):
+        if isinstance(self.warm_start, str) and ("://" in self.warm_start or is_mlflow_uri(self.warm_start)):
             self.check_warm_start_source()
         config: Any = None
-        if isinstance(self.warm_start, str) and self.warm_start.startswith("models:/"):
+        if is_mlflow_uri(self.warm_start):
             from airflow_tune.hooks.mlflow import MLflowHook
             from airflow_tune.registries.mlflow import champion_config
 

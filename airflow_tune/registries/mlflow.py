@@ -24,12 +24,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_tune.common import jsonsafe
+from airflow_tune.common.contract import MODELS_PREFIX, is_mlflow_uri
 from airflow_tune.exceptions import MLflowError, PromotionError
 
 if TYPE_CHECKING:
     from airflow_tune.hooks.mlflow import MLflowHook
 
-MODELS_PREFIX = "models:/"
 CHAMPION_ALIAS = "champion"
 TAG = "airflow_tune."
 VERSION_TAG = TAG + "version"
@@ -42,11 +42,6 @@ _FILTER_SAFE = re.compile(r"^[A-Za-z0-9_.:+-]+$")
 _NAME_REFUSED = re.compile(r"[@/\s'\"`]")
 
 T = TypeVar("T")
-
-
-def is_mlflow_uri(uri: Any) -> bool:
-    """Whether ``uri`` names an MLflow registered model (``models:/...``)."""
-    return isinstance(uri, str) and uri.startswith(MODELS_PREFIX)
 
 
 def registered_model_name(registry_uri: str) -> str:

@@ -26,10 +26,10 @@ from airflow_tune.common.contract import (
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
-from airflow_tune.triggers.tune import best_reaches
 from airflow_tune.trust import proofs
 from airflow_tune.utils import reconcile
 from airflow_tune.utils.version_compat import AirflowSensorTimeout
+from airflow_tune.utils.waiting import best_reaches
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -229,9 +229,6 @@ class RayTuneSensor(BaseSensorOperator):
             "dashboard_url": self.hook.job_url(self.job_id) if self.job_id else None,
             "finished_at": None,
             "mlflow": xcom_mlflow(progress.get("mlflow")),
-            "objectives": progress.get("objectives") or [{k: progress.get(k) for k in ("metric", "mode")}],
-            "pareto_front": None,  # computed when the experiment ends
-            "pareto_front_size": None,
             "finished": False,
         }
 

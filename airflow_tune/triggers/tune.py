@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import math
-import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_tune.common.contract import PROGRESS_FILE, TERMINAL_STATUSES, manifest_uri, pending_too_long
+from airflow_tune.common.contract import PROGRESS_FILE, manifest_uri
 from airflow_tune.common.provenance import logged_progress
 from airflow_tune.exceptions import RayJobNotFoundError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.utils.following import ProgressFollower
 from airflow_tune.utils.version_compat import AIRFLOW_V_3_3_PLUS
+from airflow_tune.utils.waiting import JobWait, best_reaches
 
 
 class RayTuneTrigger(BaseTrigger):
@@ -123,60 +122,41 @@ class RayTuneTrigger(BaseTrigger):
     async def _follow(
         self, hook: RayHook, watch: Any, follower: ProgressFollower | None
     ) -> AsyncIterator[TriggerEvent]:
-        progress_at = -math.inf
-        answered_at = time.monotonic()  # the dashboard's last answer (or the start): "unreachable" counts from it
+        wait = JobWait(
+            self.job_id,
+            max_unreachable_s=self.max_unreachable_s,
+            pending_timeout_s=self.pending_timeout_s,
+            log_interval=self.log_interval if follower is not None else None,
+            deadline=self.deadline,
+            stop_at_deadline=self.stop_at_deadline,
+            target=self.target,
+        )
         while True:
-            if self.deadline is not None and time.time() >= self.deadline:
-                if self.stop_at_deadline:
-                    await self._stop(hook)
-                yield self._event("timeout", "stopped the job with SIGINT" if self.stop_at_deadline else "gave up")
-                return
-            try:
-                info = await watch.status()
-                if info is None:  # submitted after the shared list was fetched: ask for it alone
-                    info = await self._job_alone(hook)
-                answered_at = time.monotonic()
-            except Exception as exc:
-                waited = time.monotonic() - answered_at
-                self.log.warning("Ray dashboard unreachable for %.0fs: %s", waited, exc)
-                if waited >= self.max_unreachable_s:
-                    yield self._event("error", f"the Ray dashboard was unreachable for {waited:.0f}s: {exc}")
-                    return
-                await asyncio.sleep(self.poll_interval)
-                continue
-            if info is None:
-                yield self._event("error", "job not found")
-                return
-            stuck = pending_too_long({**info, "submission_id": self.job_id}, self.pending_timeout_s, time.time())
-            if stuck:
-                await self._stop(hook)
-                yield self._event("pending_timeout", stuck)
-                return
-            status = str(info.get("status"))
-            terminal = status in TERMINAL_STATUSES
-            if follower is not None and (terminal or time.monotonic() - progress_at >= self.log_interval):
-                progress_at = time.monotonic()
+            step = wait.before_poll()
+            if step.end is None:
+                try:
+                    info = await watch.status()
+                    if info is None:  # submitted after the shared list was fetched: ask for it alone
+                        info = await self._job_alone(hook)
+                except Exception as exc:
+                    self.log.warning("Ray dashboard unreachable for %.0fs: %s", wait.unreachable_for(), exc)
+                    step = wait.unreachable(exc)
+                    if step.end is None:
+                        await asyncio.sleep(self.poll_interval)
+                        continue
+                else:
+                    step = wait.answered(info)
+            if step.log_progress and follower is not None:
                 await self._log_progress(follower)
-            if terminal:
-                yield self._event(status, info.get("message"))
+            if step.stop_job:
+                await self._stop(hook)
+            if step.end is not None:
+                yield self._event(step.end, step.message)
                 return
-            if self.target is not None and await self._target_reached(hook):
+            if step.check_target and await self._target_reached(hook):
                 yield self._event("TARGET_REACHED")
                 return
-            await watch.changed(timeout=self._until_next_check(progress_at, follower is not None))
-
-    def _until_next_check(self, progress_at: float, following: bool) -> float:
-        """Sleep until the job's status changes, or until progress, the target or the deadline want a look."""
-        waits = [60.0]
-        if following:
-            waits.append(progress_at + self.log_interval - time.monotonic())
-        if self.target is not None:
-            waits.append(self.poll_interval)
-        if self.deadline is not None:
-            waits.append(self.deadline - time.time())
-        if self.pending_timeout_s is not None:
-            waits.append(self.poll_interval)
-        return max(0.0, min(waits))
+            await watch.changed(timeout=wait.next_check_in(self.poll_interval, on_change=True))
 
     async def _job_alone(self, hook: RayHook) -> dict[str, Any] | None:
         try:
@@ -282,14 +262,3 @@ def _read_progress(experiment_uri: str) -> dict[str, Any] | None:
     from airflow_tune.common import storage
 
     return storage.read_json_or_none(manifest_uri(experiment_uri, PROGRESS_FILE))
-
-
-def best_reaches(progress: dict[str, Any] | None, target: float | None, mode: str | None) -> bool:
-    """Whether the best value so far in ``progress.json`` reaches ``target`` (at or below for min, above for max)."""
-    if not progress or target is None or not progress.get("best"):
-        return False
-    value = progress["best"].get("value")
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return False
-    mode = mode or progress.get("mode")
-    return value <= target if mode == "min" else value >= target

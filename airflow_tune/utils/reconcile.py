@@ -28,7 +28,6 @@ from airflow_tune.common.contract import (
     METADATA_SPEC_URI,
     RESULT_FILE,
     SPEC_FILE,
-    TERMINAL_STATUSES,
     describe_owner,
     digest_of,
     failure_text,
@@ -36,7 +35,6 @@ from airflow_tune.common.contract import (
     join_uri,
     manifest_uri,
     owner_differs,
-    pending_too_long,
     result_mismatch,
     result_succeeded,
     spec_file_bytes,
@@ -47,9 +45,11 @@ from airflow_tune.exceptions import (
     ExperimentStorageError,
     RayConnectionError,
     RayJobError,
+    RayJobNotFoundError,
 )
 from airflow_tune.trust.proofs import json_object_of, proven_result
 from airflow_tune.utils.following import ProgressFollower
+from airflow_tune.utils.waiting import ERROR, PENDING_TIMEOUT, JobWait
 
 if TYPE_CHECKING:
     from airflow_tune.hooks.ray import RayHook
@@ -241,6 +241,33 @@ def job_metadata(spec: ExperimentSpec, spec_uri: str, spec_digest: str, **airflo
     }
 
 
+def spec_of_job(hook: RayHook, job_id: str, ti: Any) -> ExperimentSpec:
+    """The spec a job of this task instance runs: the file beside the experiment, believed only when its bytes have
+    the digest the job's metadata holds (Ray keeps it: no storage writer can change it) and its owner is ``ti``.
+
+    What a deferred task believes its result by when the job has ended: nothing is rendered, and no registry or
+    connection is read again (one may be down by then, though the experiment succeeded).
+    """
+    metadata = hook.get_job_info(job_id).get("metadata") or {}
+    uri, digest = metadata.get(METADATA_SPEC_URI), metadata.get(METADATA_SPEC_DIGEST)
+    if not uri or not digest:
+        raise ExperimentStorageError(f"Ray job {job_id} names no spec of airflow-tune's: it is not this task's job")
+    data = storage.read_bytes_or_none(str(uri))
+    if data is None or digest_of(data) != digest:
+        raise ExperimentStorageError(
+            f"the spec of Ray job {job_id} at {uri} is missing or not the one the job was submitted with (its digest "
+            "differs): storage under the experiment was changed by someone else"
+        )
+    spec = ExperimentSpec.from_dict(json_object_of(data, str(uri)))
+    map_index = getattr(ti, "map_index", -1)
+    ours = {"dag_id": ti.dag_id, "task_id": ti.task_id, "map_index": -1 if map_index is None else int(map_index)}
+    if {key: (spec.owner or {}).get(key) for key in ours} != ours:
+        raise ExperimentConflictError(
+            f"Ray job {job_id} runs the experiment of {describe_owner(spec.owner)}, not this task's"
+        )
+    return spec
+
+
 def wait_for_job(
     hook: RayHook,
     job_id: str,
@@ -253,36 +280,37 @@ def wait_for_job(
     log: Any,
 ) -> str:
     """Poll until the job ends, printing the experiment's progress (from ``progress.json``) into ``log``; return
-    its final status. A dashboard that does not answer is asked again until it has been unreachable for
-    ``max_unreachable_s`` since its last answer, as the trigger does; a job PENDING too long is stopped."""
+    its final status. Each answer means what it means to the trigger (:class:`~airflow_tune.utils.waiting.JobWait`
+    decides for both): a dashboard that does not answer is asked again until it has been unreachable for
+    ``max_unreachable_s`` since its last answer; a job PENDING too long is stopped."""
     follower = ProgressFollower(experiment_uri)
-    progress_at = float("-inf")
-    answered_at = time.monotonic()
+    wait = JobWait(
+        job_id, max_unreachable_s=max_unreachable_s, pending_timeout_s=pending_timeout_s, log_interval=log_interval
+    )
     while True:
         try:
-            info = hook.get_job_info(job_id)
+            info: Mapping[str, Any] | None = hook.get_job_info(job_id)
+        except RayJobNotFoundError:
+            info = None
         except RayConnectionError as exc:
-            waited = time.monotonic() - answered_at
-            if waited >= max_unreachable_s:
-                raise RayConnectionError(
-                    f"the Ray dashboard was unreachable for {waited:.0f}s while waiting for job {job_id}: {exc}"
-                ) from exc
-            log.warning("Ray dashboard unreachable for %.0fs: %s", waited, exc)
+            log.warning("Ray dashboard unreachable for %.0fs: %s", wait.unreachable_for(), exc)
+            step = wait.unreachable(exc)
+            if step.end is not None:
+                raise RayConnectionError(str(step.message)) from exc
             time.sleep(poll_interval)
             continue
-        answered_at = time.monotonic()
-        stuck = pending_too_long({**info, "submission_id": job_id}, pending_timeout_s, time.time())
-        if stuck:
-            hook.stop_job(job_id)
-            raise RayJobError(stuck)
-        status = str(info.get("status"))
-        terminal = status in TERMINAL_STATUSES
-        if terminal or time.monotonic() - progress_at >= log_interval:
-            progress_at = time.monotonic()
+        step = wait.answered(info)
+        if step.log_progress:
             print_progress(follower, log)
-        if terminal:
-            return status
-        time.sleep(poll_interval)
+        if step.stop_job:
+            hook.stop_job(job_id)
+        if step.end == PENDING_TIMEOUT:
+            raise RayJobError(str(step.message))
+        if step.end == ERROR:
+            raise RayJobNotFoundError(f"lost track of Ray job {job_id}: {step.message}")
+        if step.end is not None:
+            return step.end
+        time.sleep(wait.next_check_in(poll_interval, on_change=False))
 
 
 def print_progress(follower: ProgressFollower, log: Any) -> None:
@@ -318,8 +346,23 @@ def read_result(
     return proven_result(hook, experiment_uri, data, owner=reader, same_dag_only=True)
 
 
-def job_failure(hook: RayHook, job_id: str, status: str, message: str | None = None) -> str:
-    """Why a job did not succeed, cause first (the engine's verdict, Ray's status, trial errors, the log's end)."""
+#: The first line of a task's failure when its Ray job was stopped by someone else: today's wording for a stop the
+#: task sent itself (on_kill) reads like this one, which it is not.
+STOPPED_FROM_OUTSIDE = (
+    "Ray job {job_id} was stopped from outside this task (Ray's job client, `ray job stop` or the dashboard), not by "
+    "Airflow. Tune saves the experiment's state when its job is stopped: the task's next try (a retry, or clearing "
+    "the task) restores the experiment."
+)
+
+
+def job_failure(
+    hook: RayHook, job_id: str, status: str, message: str | None = None, *, stopped_here: bool = False
+) -> str:
+    """Why a job did not succeed, cause first (the engine's verdict, Ray's status, trial errors, the log's end).
+
+    :param stopped_here: the task stopped the job itself (its ``on_kill``); else a STOPPED job was stopped from
+        outside, and the text says so first.
+    """
     if message is None:
         try:
             message = str(hook.get_job_info(job_id).get("message") or "")
@@ -329,4 +372,7 @@ def job_failure(hook: RayHook, job_id: str, status: str, message: str | None = N
         logs = hook.get_job_logs(job_id)
     except Exception as exc:
         logs = f"(job logs unavailable: {exc})"
-    return failure_text(job_id, status, message, logs)
+    text = failure_text(job_id, status, message, logs)
+    if status == "STOPPED" and not stopped_here:
+        return f"{STOPPED_FROM_OUTSIDE.format(job_id=job_id)}\n{text}"
+    return text

@@ -5,6 +5,7 @@ RayTuneOperator's warm start from a registry's champion or an XCom dict."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from airflow_tune.operators.promote import CHAMPION_FILE, registry_asset, split_s3_uri
 from tests.e2e.dags.promote_cases import NOSKIP_REGISTRY, SKIP_REGISTRY
-from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag
+from tests.e2e.helpers import experiment, jobs_of, load_dag, run_dag, run_id_for, wait_for
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -217,6 +218,35 @@ def test_warm_start_from_the_registry_champion_and_without_one(s3_client):
     spec, manifest = _manifest(s3_client, cold.xcom("tune"))
     assert not spec.get("points_to_evaluate")
     assert manifest["num_trials"] == 2 and manifest["num_terminated"] == 2
+
+
+@pytest.mark.timeout(180)
+def test_a_deferred_task_believes_its_result_without_reading_the_warm_start_registry_again(s3_client):
+    """execute_complete believes the result by the spec execute() deferred with (issue 32): a registry that stops
+    answering while the job runs (its champion.json no longer JSON) fails nothing, and the spec is the one run."""
+    registry = f"s3://airflow-tune/e2e-registry/deferred-{uuid.uuid4().hex[:8]}"
+    bucket, prefix = split_s3_uri(registry)
+    champion = {"version": "v1", "value": 0.2, "metric": "loss", "mode": "min", "config": {"x": 2.5}}
+    s3_client.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=json.dumps(champion).encode())
+    logical_date = _unique_date()
+    name = experiment("aft_warm_start_deferred", run_id_for(logical_date))
+    broken_while: list[str] = []
+
+    def break_the_registry_while_the_job_runs() -> None:
+        live = wait_for(lambda: [j for j in jobs_of(name) if j["status"] in ("PENDING", "RUNNING")], 90, "the job")
+        s3_client.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=b"{not json")
+        broken_while.extend(j["status"] for j in jobs_of(name) if j["submission_id"] == live[0]["submission_id"])
+
+    breaker = threading.Thread(target=break_the_registry_while_the_job_runs, daemon=True)
+    breaker.start()
+    run = run_dag(load_dag("aft_warm_start_deferred", FILE), {"registry": registry}, logical_date=logical_date)
+    breaker.join(timeout=10)
+    # The registry broke before the job ended, so before the trigger fired and execute_complete ran.
+    assert broken_while and broken_while[0] in ("PENDING", "RUNNING"), broken_while
+    assert run.state == "success", (run.task_states(), run.errors("tune"))
+    spec, manifest = _manifest(s3_client, run.xcom("tune"))
+    assert spec["points_to_evaluate"] == [{"x": 2.5}]
+    assert _first_trial(manifest) == {"x": 2.5, "steps": 1}
 
 
 @pytest.mark.timeout(120)

@@ -120,6 +120,8 @@ def test_a_try_after_the_job_was_stopped_restores_the_experiment_without_rerunni
     assert run.try_numbers() == {"tune": 2}
     [first_error] = run.errors("tune")
     assert isinstance(first_error, RayJobError) and "STOPPED" in str(first_error)
+    # Stopped by Ray's client, not by the task: the failure says so first (issue 32).
+    assert str(first_error).startswith(f"Ray job {stopped[0]} was stopped from outside this task"), first_error
     newest, oldest = jobs_of(name)
     assert oldest["submission_id"] == stopped[0] and oldest["status"] == "STOPPED"
     assert newest["status"] == "SUCCEEDED"

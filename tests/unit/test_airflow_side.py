@@ -25,7 +25,8 @@ from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.sensors.tune import RayTuneSensor
-from airflow_tune.triggers.tune import RayTuneTrigger, best_reaches
+from airflow_tune.triggers.tune import RayTuneTrigger
+from airflow_tune.utils.waiting import best_reaches
 from tests.support.fake_store import dict_stores
 
 TOKEN = "tok-5ecret-0f-the-ray-dashboard"

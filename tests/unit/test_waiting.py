@@ -14,6 +14,7 @@ from airflow_tune.exceptions import RayConnectionError
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
+from airflow_tune.utils import waiting as waiting_module
 
 
 class Clock:
@@ -72,7 +73,7 @@ class Dashboard:
 
 
 def _run_trigger(monkeypatch, clock: Clock, dashboard: Dashboard, **kwargs: Any) -> tuple[dict, list[str]]:
-    monkeypatch.setattr(trigger_module.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(waiting_module.time, "monotonic", clock.monotonic)
     monkeypatch.setattr(trigger_module.asyncio, "sleep", clock.asleep)
     trigger = RayTuneTrigger(job_id="j", poll_interval=5.0, log_progress=False, **kwargs)
     monkeypatch.setattr(trigger, "_hook", lambda: dashboard)
@@ -106,11 +107,17 @@ def test_the_trigger_gives_up_after_max_unreachable_s_with_the_time_it_waited(mo
 
 
 def _operator(**kwargs: Any) -> RayTuneOperator:
-    op = RayTuneOperator(
+    return RayTuneOperator(
         task_id="t", trainable="p.m:f", storage_path="s3://bkt/e", metric="m", mode="min", poll_interval=5.0, **kwargs
     )
-    op._print_progress = lambda follower: None  # type: ignore[method-assign]  # S3 is not the subject here
-    return op
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_reads(monkeypatch):
+    """S3 is not the subject here: the blocking wait's progress reads do nothing."""
+    from airflow_tune.utils import reconcile
+
+    monkeypatch.setattr(reconcile, "print_progress", lambda follower, log: None)
 
 
 def test_the_blocking_wait_rides_out_an_unreachable_dashboard(monkeypatch):
@@ -134,3 +141,79 @@ def test_the_blocking_wait_fails_clearly_after_max_unreachable_s(monkeypatch):
     op.__dict__["hook"] = Dashboard(clock, ["RUNNING", None])
     with pytest.raises(RayConnectionError, match=r"unreachable for 130s while waiting for job j"):
         op.wait_blocking("j", "s3://bkt/e")
+
+
+class Answers(Dashboard):
+    """A dashboard whose answers are whole job infos (or None for a failed request), and which records stops."""
+
+    def __init__(self, clock: Clock, answers: list[dict[str, Any] | None]) -> None:
+        super().__init__(clock, [])
+        self.infos = list(answers)
+        self.stopped: list[str] = []
+
+    def next(self) -> dict[str, Any]:
+        info = self.infos.pop(0) if len(self.infos) > 1 else self.infos[0]
+        if info is None:
+            self.clock.now += self.timeout
+            raise RayConnectionError("Cannot reach the Ray dashboard: read timeout")
+        return info
+
+    def stop_job(self, job_id: str) -> bool:
+        self.stopped.append(job_id)
+        return True
+
+    async def aget_endpoint(self) -> None:
+        return None
+
+
+def _blocking_outcome(monkeypatch, clock: Clock, dashboard: Answers, **kwargs: Any) -> tuple[str, str | None]:
+    """The blocking wait's end as the trigger's event would name it (its exceptions mapped to event statuses)."""
+    from airflow_tune.exceptions import RayJobError, RayJobNotFoundError
+
+    monkeypatch.setattr(waiting_module.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(waiting_module.time, "sleep", clock.sleep)
+    op = _operator(**kwargs)
+    op.__dict__["hook"] = dashboard
+    try:
+        return op.wait_blocking("j", "s3://bkt/e"), None
+    except RayConnectionError as exc:
+        return "error", str(exc)
+    except RayJobNotFoundError as exc:
+        return "error", str(exc)
+    except RayJobError as exc:
+        return "pending_timeout", str(exc)
+
+
+PENDING_SINCE_START = {"status": "PENDING", "start_time": 1000.0 * 1000, "message": "installing"}
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        pytest.param([{"status": "RUNNING"}, {"status": "SUCCEEDED"}], "SUCCEEDED", id="succeeded"),
+        pytest.param([{"status": "RUNNING"}, {"status": "STOPPED", "message": "x"}], "STOPPED", id="stopped"),
+        pytest.param([{"status": "RUNNING"}, None, None, {"status": "FAILED"}], "FAILED", id="blip-then-failed"),
+        pytest.param([{"status": "RUNNING"}, None], "error", id="unreachable-too-long"),
+        pytest.param([PENDING_SINCE_START], "pending_timeout", id="pending-too-long"),
+    ],
+)
+def test_the_blocking_wait_and_the_trigger_decide_alike(monkeypatch, answers, expected):
+    """One decision per poll (utils/waiting.JobWait) for both waits: the same answers end both the same way, and a
+    job PENDING too long is stopped by both."""
+    settings = {"max_unreachable_s": 150, "pending_timeout_s": 30}
+    clock = Clock()
+    monkeypatch.setattr(waiting_module.time, "time", clock.monotonic)
+    blocking_dashboard = Answers(clock, answers)
+    blocking, _ = _blocking_outcome(monkeypatch, clock, blocking_dashboard, **settings)
+
+    clock.now = 1000.0
+    deferred_dashboard = Answers(clock, answers)
+    monkeypatch.setattr(RayTuneTrigger, "_stop", lambda self, hook: _stopped(hook, self.job_id))
+    event, _ = _run_trigger(monkeypatch, clock, deferred_dashboard, **settings)
+    assert blocking == event["status"] == expected
+    stops = ["j"] if expected == "pending_timeout" else []
+    assert blocking_dashboard.stopped == deferred_dashboard.stopped == stops
+
+
+async def _stopped(hook: Answers, job_id: str) -> None:
+    hook.stop_job(job_id)

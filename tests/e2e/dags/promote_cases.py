@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import DAG, Param, get_current_context, task
 
@@ -54,7 +55,7 @@ with DAG("aft_promote_consumer", schedule=[registry_asset(SKIP_REGISTRY)], catch
     serve()
 
 
-def _warm_tune(task_id: str, warm_start: object) -> RayTuneOperator:
+def _warm_tune(task_id: str, warm_start: object, **kwargs: Any) -> RayTuneOperator:
     return RayTuneOperator(
         task_id=task_id,
         trainable="tune_testkit.warm:one_shot",
@@ -68,6 +69,7 @@ def _warm_tune(task_id: str, warm_start: object) -> RayTuneOperator:
         py_modules=[TESTKIT],
         progress_interval_s=1.0,
         poll_interval=0.5,
+        **kwargs,
     )
 
 
@@ -80,6 +82,15 @@ with DAG(
 ) as warm_registry:
     # The registry's root is written here; the conf names a registry under it (its last segment is kept).
     _warm_tune("tune", "s3://airflow-tune/e2e-registry/{{ params.registry.rsplit('/', 1)[1] }}")
+
+with DAG(
+    "aft_warm_start_deferred",
+    schedule=None,
+    catchup=False,
+    tags=["test"],
+    params={"registry": Param("s3://airflow-tune/e2e-registry/none", type="string")},
+) as warm_deferred:
+    _warm_tune("tune", "s3://airflow-tune/e2e-registry/{{ params.registry.rsplit('/', 1)[1] }}", deferrable=True)
 
 with DAG(
     "aft_warm_start_from_conf",
