@@ -229,6 +229,9 @@ RESULT_KEYS = (
     "dashboard_url",
     "finished_at",
     "mlflow",
+    "objectives",
+    "pareto_front",
+    "pareto_front_size",
 )
 #: What the XCom result's ``mlflow`` holds when trials were tracked (null when not): the run map stays in the
 #: manifests, so the XCom stays small whatever the number of trials.
@@ -279,6 +282,8 @@ def xcom_result(manifest: Mapping[str, Any], job_id: str | None, dashboard_url: 
     """The XCom result of a finished experiment: :data:`RESULT_KEYS` of its result manifest."""
     out = {key: manifest.get(key) for key in RESULT_KEYS}
     out["mlflow"] = xcom_mlflow(manifest.get("mlflow"))
+    # Every objective, first the one best_* go by (one for a single metric; a result written before had none).
+    out["objectives"] = manifest.get("objectives") or [{"metric": manifest.get("metric"), "mode": manifest.get("mode")}]
     out["job_id"] = manifest.get("job_id") or job_id
     out["dashboard_url"] = dashboard_url
     return out

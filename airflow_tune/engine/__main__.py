@@ -300,13 +300,19 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         if _metric_missing(exc):
             verdict(
-                f"experiment {spec.name} failed: a trial's result has no metric {spec.metric!r} (the spec's metric); "
+                f"experiment {spec.name} failed: a trial's result has no metric {_metric_names(spec)} (the spec's); "
                 "report it with tune.report({...}) or return a dict holding it. A trainable that returns a plain "
                 "number reports it as '_metric': set the spec's metric to '_metric' for such a trainable"
             )
             return EXIT_BAD_SPEC
         verdict(f"experiment {spec.name} failed: {type(exc).__name__}: {_last_line(exc)}")
         return EXIT_BAD_SPEC if isinstance(exc, EngineError) else EXIT_FAILED
+
+
+def _metric_names(spec: ExperimentSpec) -> str:
+    """The spec's metric, or its objectives' metrics (each is required in every result: Tune's strict check)."""
+    names = [o["metric"] for o in spec.objectives or [{"metric": spec.metric}]]
+    return repr(names[0]) if len(names) == 1 else f"among {names!r}"
 
 
 def _metric_missing(exc: BaseException) -> bool:

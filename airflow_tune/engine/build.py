@@ -20,6 +20,7 @@ from airflow_tune.common.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpe
 from airflow_tune.common.spec.space import ArgumentNameError, bound_arguments
 from airflow_tune.engine import compat, factories
 from airflow_tune.engine.imports import EngineError, import_path
+from airflow_tune.engine.objectives import check_searcher_objectives, searcher_objectives
 from airflow_tune.engine.seeds import seed_points
 from airflow_tune.engine.stopping import build_stop
 
@@ -227,6 +228,7 @@ def build_search(spec: ExperimentSpec, *, own_objective: bool = False) -> Any:
         with _missing_package_is_fatal(f"search.factory {search.factory!r}"):
             searcher = factories.build_searcher(factory, args, points, spec.param_space)
         factories.check_own_objective(searcher, f"search.factory {search.factory!r}", spec.metric, spec.mode)
+        check_searcher_objectives(searcher, spec, f"search.factory {search.factory!r}")
     else:
         name = str(search.name).lower()
         package = SEARCHERS.get(name)
@@ -244,7 +246,8 @@ def build_search(spec: ExperimentSpec, *, own_objective: bool = False) -> Any:
         if name == "optuna":
             from ray.tune.search.optuna import OptunaSearch
 
-            searcher = _construct(OptunaSearch, args, what, points_to_evaluate=points)
+            # Several objectives go to Optuna's searcher itself, as Tune's docs write it (TuneConfig takes one).
+            searcher = _construct(OptunaSearch, args, what, points_to_evaluate=points, **searcher_objectives(spec))
         elif name == "hyperopt":
             from ray.tune.search.hyperopt import HyperOptSearch
 
@@ -329,8 +332,8 @@ def build_tune_config(spec: ExperimentSpec) -> tune.TuneConfig:
     if own:
         factories.check_searcher_objective(search_alg, f"search.factory {spec.search.factory!r}")
     return tune.TuneConfig(
-        metric=None if own else spec.metric,
-        mode=None if own else spec.mode,
+        metric=None if own or spec.objectives else spec.metric,
+        mode=None if own or spec.objectives else spec.mode,
         num_samples=spec.num_samples,
         max_concurrent_trials=None,  # applied by build_search, where Tune honours it for every searcher
         time_budget_s=spec.time_budget_s,

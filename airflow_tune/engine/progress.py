@@ -24,6 +24,7 @@ from ray import tune
 from airflow_tune.common import jsonsafe, storage
 from airflow_tune.common.contract import LOG_MARK, PROGRESS_FILE, manifest_uri
 from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec.objectives import objectives_of
 from airflow_tune.engine import compat
 
 TOP_TRIALS = 10
@@ -287,6 +288,7 @@ def progress_snapshot(spec: ExperimentSpec, trials: list) -> dict[str, Any]:
         "owner": spec.owner,
         "metric": spec.metric,
         "mode": spec.mode,
+        "objectives": objectives_of(spec),  # the best above goes by the first
         "updated_at": time.time(),
         "num_trials": len(trials),
         "counts": dict(counts),

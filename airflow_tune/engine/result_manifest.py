@@ -13,6 +13,7 @@ from airflow_tune.common import storage
 from airflow_tune.common.contract import TRIALS_FILE, manifest_uri
 from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine import train_checkpoints
+from airflow_tune.engine.objectives import pareto_summary
 from airflow_tune.engine.progress import NODE_ID, error_summary, jsonable, jsonable_metrics
 
 #: Rows of result.json's ``trials``: the best trials by the metric, then errored ones (every row is in trials.json).
@@ -24,7 +25,8 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
     """The XCom contract plus a per-trial summary, from Tune's ResultGrid."""
     trials = []
     num_errored = 0
-    for result in result_grid:
+    results = list(result_grid)
+    for result in results:
         errored = result.error is not None
         num_errored += errored
         trial_id = (result.metrics or {}).get("trial_id") or _trial_id_from_path(result.path)
@@ -59,6 +61,8 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
         "job_id": job_id,
         "metric": spec.metric,
         "mode": spec.mode,
+        # Several objectives: best_* above go by the first (metric, mode); the front is every trial's last result.
+        **pareto_summary(spec, results, trials),
         "best_trial_id": best_trial_id,
         "best_config": best_config,
         "best_metrics": best_metrics,

@@ -43,8 +43,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         the cluster. An import path must be importable on the cluster (ship it with ``py_modules``/``working_dir``/
         ``pip``). Import paths are code: one that appears only after rendering is refused unless allow-listed.
     :param storage_path: where Tune keeps experiment state and checkpoints, e.g. ``s3://bucket/experiments``.
-    :param metric: the metric the trainable reports and the search optimizes.
-    :param mode: ``"min"`` or ``"max"``.
+    :param metric: the metric the trainable reports and the search optimizes; or a list of them, several objectives,
+        with ``search="optuna"`` (the best trial goes by the first; the result adds the Pareto front).
+    :param mode: ``"min"`` or ``"max"``; a list of them, one per metric, with several objectives.
     :param param_space: the search space as JSON, e.g. ``{"lr": {"loguniform": [1e-4, 1e-1]}}``, or as Tune writes
         it, ``{"lr": tune.loguniform(1e-4, 1e-1)}`` (Tune's sample objects at any depth become that JSON form).
     :param num_samples: samples of the space (times each grid point); -1 until time_budget_s or a stopper ends it.
@@ -140,8 +141,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         *,
         trainable: str | Callable[..., Any] | type,
         storage_path: str,
-        metric: str,
-        mode: str,
+        metric: str | list[str],
+        mode: str | list[str],
         param_space: dict[str, Any] | str | None = None,
         num_samples: int | str = 1,
         max_concurrent_trials: int | str | None = None,

@@ -55,6 +55,7 @@ from airflow_tune.plugins.experiment_bounds import (
     scalar_number,
     shown_value,
 )
+from airflow_tune.plugins.experiment_objectives import reduce_objectives
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,7 @@ def reduce_progress(raw: Any) -> dict[str, Any]:
         note(problems, f"{PROGRESS_FILE}: best is {kind(best)}, not an object with a trial_id: not shown")
         best = None
     out.update(
+        **reduce_objectives(doc, PROGRESS_FILE, problems),
         mlflow=reduce_tracking(doc.get("mlflow"), PROGRESS_FILE, problems),
         updated_at=number(doc.get("updated_at")),
         num_trials=count(doc.get("num_trials")),
@@ -221,6 +223,7 @@ def reduce_result(raw: Any) -> dict[str, Any]:
     shown = [{**r, "config": flat_config(r["config"])} for r in select_rows(rows, mode)]
     checkpoint, job_id = doc.get("best_checkpoint_uri"), doc.get("job_id")
     out.update(
+        **reduce_objectives(doc, RESULT_FILE, problems),
         mlflow=reduce_tracking(doc.get("mlflow"), RESULT_FILE, problems),
         status="succeeded" if doc.get("status", "succeeded") == "succeeded" else "failed",
         finished_at=number(doc.get("finished_at")),

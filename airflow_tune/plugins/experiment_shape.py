@@ -366,6 +366,7 @@ def experiment_view(facts: TaskFacts, files: ExperimentFiles) -> dict[str, Any]:
         "counts": counts,
         "best": best,
         "best_checkpoint_uri": checkpoint,
+        **{k: source.get(k) for k in ("objectives", "pareto_front", "pareto_front_size")},  # several objectives
         "ray_job_url": safe_link(facts.ray_job_url),
         "mlflow": tracking and {k: v for k, v in tracking.items() if k != "runs"},
         "promotion": _promotion(facts.promotion),

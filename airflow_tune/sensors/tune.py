@@ -229,6 +229,9 @@ class RayTuneSensor(BaseSensorOperator):
             "dashboard_url": self.hook.job_url(self.job_id) if self.job_id else None,
             "finished_at": None,
             "mlflow": xcom_mlflow(progress.get("mlflow")),
+            "objectives": progress.get("objectives") or [{k: progress.get(k) for k in ("metric", "mode")}],
+            "pareto_front": None,  # computed when the experiment ends
+            "pareto_front_size": None,
             "finished": False,
         }
 

@@ -14,6 +14,8 @@ from typing import Any
 
 _STRING_FIELDS = {"trainable", "metric", "mode", "storage_path", "errored_trials", "best_scope"}
 _BOOL_FIELDS = {"reuse_actors"}
+#: Fields that also take a list (several objectives: metric=["loss", "acc"], mode=["min", "max"]).
+_LIST_OR_STRING_FIELDS = {"metric", "mode"}
 # A bare name ("asha", "optuna") or a "pkg.mod:factory" path is offered besides a JSON object.
 _NAME_OR_JSON_FIELDS = {"scheduler", "search"}
 
@@ -23,6 +25,9 @@ def coerce_rendered(name: str, value: Any) -> Any:
     if not isinstance(value, str):
         return value
     text = value.strip()
+    if name in _LIST_OR_STRING_FIELDS and text.startswith("["):
+        # Several objectives ('{{ params.metrics | tojson }}' or '{{ params.metrics }}'); a name never starts so.
+        return _json_shaped(name, _literal(name, text))
     if name in _STRING_FIELDS or name == "experiment_name":
         # '{{ params.mode | tojson }}' renders the JSON string '"max"'; a name or path never starts with a quote.
         if len(text) >= 2 and text[0] == text[-1] == '"':
@@ -38,6 +43,11 @@ def coerce_rendered(name: str, value: Any) -> Any:
         return text.lower() == "true"
     if text in ("", "None", "null") and name not in _BOOL_FIELDS:
         return None
+    return _literal(name, text)
+
+
+def _literal(name: str, text: str) -> Any:
+    """JSON text, or the Python literal a template renders (read with :func:`ast.literal_eval`)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -18,6 +18,7 @@ from airflow_tune.common.spec.compatibility import check_combinations
 from airflow_tune.common.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number, show
 from airflow_tune.common.spec.identity import fingerprint_of, identity_of
 from airflow_tune.common.spec.naming import check_name, check_storage
+from airflow_tune.common.spec.objectives import check_objectives, objectives_from_lists
 from airflow_tune.common.spec.parts import (
     PARTS,
     CheckpointSpec,
@@ -53,8 +54,10 @@ class ExperimentSpec:
     :param name: experiment name, unique in ``storage_path``; a rerun with the same name restores the experiment.
     :param storage_path: where Tune keeps state and checkpoints: ``s3://bucket/prefix``, an absolute path, or a
         pyarrow filesystem URI.
-    :param metric: the metric to optimize, as the trainable reports it.
+    :param metric: the metric to optimize, as the trainable reports it; with several objectives, the first
+        (:meth:`from_dict` takes ``metric`` and ``mode`` as lists, see :mod:`~airflow_tune.common.spec.objectives`).
     :param mode: ``"min"`` or ``"max"``.
+    :param objectives: every objective in order, ``[{"metric", "mode"}, ...]``, when there are several; else null.
     :param param_space: the declarative search space (see :data:`PRIMITIVES`).
     :param stop: Tune's ``{metric: threshold}`` dict, or a list of criteria any of which stops (thresholds in both
         directions, Tune's stoppers by name; see :mod:`~airflow_tune.common.spec.stopping`).
@@ -80,6 +83,7 @@ class ExperimentSpec:
     storage_path: str
     metric: str
     mode: Literal["min", "max"]
+    objectives: list[dict[str, str]] | None = None
     param_space: dict[str, Any] = field(default_factory=dict)
     trainable_kwargs: dict[str, Any] = field(default_factory=dict)
     num_samples: int = 1
@@ -112,7 +116,7 @@ class ExperimentSpec:
         if not isinstance(data, Mapping):
             raise SpecError([f"spec = {show(data)}: must be a JSON object; pass a dict of the spec's fields"])
         # Checked as the engine reads it: its JSON has lists where a rendered value had tuples.
-        data = _lists_for_tuples(data)
+        data = objectives_from_lists(_lists_for_tuples(data), errors)
         known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
@@ -205,9 +209,10 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
     if storage not in (None, ""):
         check_storage(storage, errors)
     metric, mode = kw.get("metric"), kw.get("mode")
-    if metric not in (None, "") and (not isinstance(metric, str) or not _METRIC_NAME.match(metric)):
+    multiple = isinstance(metric, list) or isinstance(mode, list)  # refused by objectives_from_lists
+    if not multiple and metric not in (None, "") and (not isinstance(metric, str) or not _METRIC_NAME.match(metric)):
         errors.add("metric", metric, "not a metric name", 'use the key the trainable reports, e.g. "loss"')
-    if mode not in (None, "") and mode not in ("min", "max"):
+    if not multiple and mode not in (None, "") and mode not in ("min", "max"):
         errors.add("mode", mode, "must be 'min' or 'max'", 'say "min" to minimize the metric, "max" to maximize it')
     space = kw.get("param_space", {})
     if not isinstance(space, Mapping):
@@ -268,6 +273,7 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
             kw["mlflow"] = tracking
         check_no_double_tracking(kw["mlflow"], kw.get("callbacks"), errors)
     check_combinations(kw, errors)
+    check_objectives(kw, errors)
     ptes = kw.get("points_to_evaluate")
     if ptes is not None:
         if not isinstance(ptes, list) or not all(isinstance(p, Mapping) for p in ptes):

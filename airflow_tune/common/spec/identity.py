@@ -19,6 +19,7 @@ IDENTITY_FIELDS = (
     "trainable_kwargs",
     "metric",
     "mode",
+    "objectives",
     "num_samples",
     "stop",
     "scheduler",
@@ -32,6 +33,8 @@ def identity_of(spec_dict: Mapping[str, Any]) -> dict[str, Any]:
     identity = {name: spec_dict.get(name) for name in IDENTITY_FIELDS}
     if identity["trainable_digest"] is None:  # an import-path trainable: its path is its identity, as before
         del identity["trainable_digest"]
+    if identity["objectives"] is None:  # one objective: metric and mode say it all, as before
+        del identity["objectives"]
     return identity
 
 

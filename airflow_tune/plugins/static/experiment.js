@@ -11,6 +11,26 @@
   var state = { data: null, plot: null, colors: [], loads: 0, timer: null };
   window.experimentView = state;
 
+  // Several objectives: the best trial goes by the first; the Pareto front lists every trial no other beats in all.
+  function showObjectives(data) {
+    var objectives = data.objectives || [];
+    var box = byId("objectives");
+    box.hidden = byId("objectives-label").hidden = objectives.length < 2;
+    box.textContent = "";
+    if (objectives.length < 2) return;
+    var names = objectives.map(function (o) { return o.metric + " (" + o.mode + ")"; });
+    box.appendChild(el("div", null, names.join(", ") + ": the best trial goes by the first, " + names[0] + "."));
+    if (!data.pareto_front) return;
+    var size = data.pareto_front_size, front = data.pareto_front;
+    box.appendChild(el("div", null, "Pareto front (each trial's last result): " + size + " trial" + (size === 1 ? "" : "s") +
+      (front.length < size ? ", the first " + front.length + " by " + objectives[0].metric + " listed" : "")));
+    front.forEach(function (t) {
+      box.appendChild(el("div", null, t.trial_id + " · " + objectives.map(function (o, i) {
+        return o.metric + " = " + fmt(t.values[i]);
+      }).join(", ") + " · " + t.config));
+    });
+  }
+
   function byId(id) { return document.getElementById(id); }
 
   function el(tag, className, text) {
@@ -104,6 +124,7 @@
       : "none yet";
     byId("best-config").textContent = best ? best.config : "–";
     byId("checkpoint").textContent = data.best_checkpoint_uri || (data.status === "running" ? "when it finishes" : "none");
+    showObjectives(data);
     var job = byId("job");
     job.textContent = "";
     if (data.ray_job_url) {
