@@ -225,7 +225,7 @@ MALFORMED: list[tuple[str, dict[str, Any], str, list[str]]] = [
         "pb2-bad-bounds",
         {"scheduler": {"name": "pb2", "args": {"hyperparam_bounds": {"lr": [0.1, 0.001]}}}},
         "scheduler.args.hyperparam_bounds.lr",
-        ["[0.1, 0.001]", "low < high"],
+        ["[0.1, 0.001]", "low 0.1 is above high 0.001"],
     ),
     (
         "pb2-bounds-non-numeric",

@@ -48,7 +48,23 @@ SCHEDULERS: dict[str, frozenset[str]] = {
         }
     ),
 }
-SCHEDULER_ALIASES = {"async_hyperband": "asha", "ashascheduler": "asha", "median": "median_stopping_rule"}
+#: Other names of the schedulers above: Tune's own (``ray.tune.schedulers.SCHEDULER_IMPORT``, the names
+#: ``tune.create_scheduler`` takes) and a few shorter ones.
+SCHEDULER_ALIASES = {
+    "async_hyperband": "asha",
+    "asynchyperband": "asha",
+    "ashascheduler": "asha",
+    "median": "median_stopping_rule",
+    "medianstopping": "median_stopping_rule",
+}
+#: Tune's other scheduler names (``SCHEDULER_IMPORT``), which a spec reaches only through a factory, and why.
+SCHEDULERS_BY_FACTORY = {
+    "hb_bohb": "HyperBandForBOHB pauses trials through the BOHB searcher (TuneBOHB), which is reached through a "
+    "search factory",
+    "pbt_replay": "PopulationBasedTrainingReplay replays a policy file read from the driver's disk: a path the "
+    "cluster reads, which data never chooses",
+    "resource_changing": "ResourceChangingScheduler's arguments (its base scheduler, its allocation function) are code",
+}
 #: Scheduler arguments that Ray 2.60 types as a callable: code, never in ``args``.
 SCHEDULER_CODE_ARGS: dict[str, dict[str, str]] = {
     "pbt": {"custom_explore_fn": "a function (Callable in PopulationBasedTraining's signature)"},
@@ -62,6 +78,17 @@ SEARCHERS: dict[str, str | None] = {
     "optuna": "optuna",
     "hyperopt": "hyperopt",
     "bayesopt": "bayes_opt",
+}
+#: Tune's other names of the searchers above (``ray.tune.search.SEARCH_ALG_IMPORT``, the names ``create_searcher``
+#: takes); the spec holds the name they stand for.
+SEARCHER_ALIASES = {"variant_generator": "random"}
+#: Tune's other searcher names (``SEARCH_ALG_IMPORT``), which a spec reaches only through a factory.
+SEARCHERS_BY_FACTORY = {
+    "ax": "AxSearch",
+    "bohb": "TuneBOHB",
+    "nevergrad": "NevergradSearch",
+    "zoopt": "ZOOptSearch",
+    "hebo": "HEBOSearch",
 }
 _BASIC_VARIANT = {"constant_grid_search": "bool", "random_state": "seed"}
 #: The arguments each searcher takes in ``args``, with their JSON kind: Ray 2.60's ``BasicVariantGenerator`` (random,

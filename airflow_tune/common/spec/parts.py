@@ -11,10 +11,14 @@ from typing import Any, ClassVar, Literal
 from airflow_tune.common.spec.arguments import (
     SCHEDULER_ALIASES,
     SCHEDULERS,
+    SCHEDULERS_BY_FACTORY,
+    SEARCHER_ALIASES,
     SEARCHERS,
+    SEARCHERS_BY_FACTORY,
     check_json_args,
     check_scheduler_args,
     check_searcher_args,
+    factory_fix,
 )
 from airflow_tune.common.spec.compatibility import check_mutations, check_scheduler_values
 from airflow_tune.common.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number
@@ -79,6 +83,14 @@ class SchedulerSpec(_Part):
             check_json_args("scheduler", self.args, errors, code={})
             return
         name = self.canonical_name
+        if name in SCHEDULERS_BY_FACTORY:
+            errors.add(
+                "scheduler.name",
+                self.name,
+                f"Tune's name {name!r} is taken here only through a factory: {SCHEDULERS_BY_FACTORY[name]}",
+                factory_fix("scheduler"),
+            )
+            return
         if name not in SCHEDULERS:
             errors.add(
                 "scheduler.name",
@@ -91,8 +103,17 @@ class SchedulerSpec(_Part):
         check_scheduler_args(name, args, errors)
         check_scheduler_values(name, args, errors)
         for arg in ("max_t", "grace_period", "reduction_factor", "perturbation_interval", "brackets"):
-            if arg in args and (not is_number(args[arg]) or args[arg] <= 0):
-                errors.add(f"scheduler.args.{arg}", args[arg], "must be a positive number", "give e.g. 1")
+            if arg not in args:
+                continue
+            value = args[arg]
+            if arg == "grace_period" and name == "median_stopping_rule":
+                # MedianStoppingRule stops only trials older than grace_period: 0 judges them from their first result.
+                if not is_number(value) or value < 0:
+                    errors.add(
+                        f"scheduler.args.{arg}", value, "must be a number >= 0", "give e.g. 0, or 60 (Tune's default)"
+                    )
+            elif not is_number(value) or value <= 0:
+                errors.add(f"scheduler.args.{arg}", value, "must be a positive number", "give e.g. 1")
         if name == "pbt":
             mutations = args.get("hyperparam_mutations")
             if not isinstance(mutations, Mapping) or not mutations:
@@ -111,14 +132,7 @@ class SchedulerSpec(_Part):
                     "scheduler.args.hyperparam_bounds", bounds, "PB2 needs bounds", 'write {"lr": [0.0001, 0.1]}'
                 )
             else:
-                for k, v in bounds.items():
-                    if not (isinstance(v, list) and len(v) == 2 and all(is_number(x) for x in v) and v[0] < v[1]):
-                        errors.add(
-                            f"scheduler.args.hyperparam_bounds.{k}",
-                            v,
-                            "must be [low, high] with low < high",
-                            "fix the bounds",
-                        )
+                check_bounds(bounds, "scheduler.args.hyperparam_bounds", errors)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +157,15 @@ class SearchSpec(_Part):
             check_json_args("search", self.args, errors, code={})
             return
         name = str(self.name).lower()
+        if name in SEARCHERS_BY_FACTORY:
+            errors.add(
+                "search.name",
+                self.name,
+                f"Tune's name for {SEARCHERS_BY_FACTORY[name]}, which is taken here only through a factory (the spec "
+                f"checks the arguments and search space of {', '.join(SEARCHERS)} only)",
+                factory_fix("search"),
+            )
+            return
         if name not in SEARCHERS:
             errors.add("search.name", self.name, "unknown search algorithm", f"use one of {', '.join(SEARCHERS)}")
             return
@@ -176,16 +199,44 @@ class ResourcesSpec(_Part):
                 )
             else:
                 for i, bundle in enumerate(self.bundles):
-                    if not isinstance(bundle, Mapping) or not bundle:
-                        errors.add(f"resources.bundles[{i}]", bundle, "must be a non-empty object", 'write {"CPU": 1}')
+                    # An empty first bundle is Tune's empty head: the trainable holds nothing, its actors the rest.
+                    empty_head = i == 0 and len(self.bundles) > 1
+                    if not isinstance(bundle, Mapping) or (not bundle and not empty_head):
+                        fix = 'write {"CPU": 1}' + (" (an empty first bundle needs others after it)" if i == 0 else "")
+                        errors.add(f"resources.bundles[{i}]", bundle, "must be a non-empty object", fix)
                     else:
-                        check_bundle(bundle, f"resources.bundles[{i}]", errors)
+                        check_bundle(bundle, f"resources.bundles[{i}]", errors, may_be_empty=empty_head)
         if self.strategy not in PLACEMENT_STRATEGIES:
             errors.add(
                 "resources.strategy", self.strategy, "unknown strategy", f"use one of {', '.join(PLACEMENT_STRATEGIES)}"
             )
         if self.train_workers is not None:
             check_train_workers(self.train_workers, errors)
+
+
+def check_bounds(bounds: Mapping[str, Any], path: str, errors: Errors) -> None:
+    """PB2's ``hyperparam_bounds``: each ``[low, high]`` with low <= high, or an object of those for a nested config
+    (PB2 flattens them with "/", and raises ValueError on a key that holds one)."""
+    for key, value in bounds.items():
+        where = f"{path}.{key}"
+        if isinstance(key, str) and "/" in key:
+            errors.add(
+                where,
+                key,
+                "PB2 names nested bounds by their path joined with '/', and raises ValueError on a key that holds one",
+                "nest the bounds as objects instead, without '/' in a key",
+            )
+        if isinstance(value, Mapping) and value:
+            check_bounds(value, where, errors)
+        elif not (isinstance(value, list) and len(value) == 2 and all(is_number(x) for x in value)):
+            errors.add(
+                where,
+                value,
+                "must be [low, high], or an object of bounds for a nested config",
+                'write e.g. [0.0001, 0.1], or {"lr": [0.0001, 0.1]}',
+            )
+        elif value[0] > value[1]:
+            errors.add(where, value, f"low {value[0]} is above high {value[1]}", "write [low, high]")
 
 
 def node_pins(resources: ResourcesSpec | None) -> list[tuple[str, str]]:
@@ -277,6 +328,8 @@ def normalize_part(key: str, value: Any) -> Any:
         value = {"factory": value} if ":" in value else {"name": value}
     if key in ("scheduler", "search") and isinstance(value, Mapping) and value.get("factory") and "name" not in value:
         return {**value, "name": None}
+    if key == "search" and isinstance(value, Mapping) and str(value.get("name")).lower() in SEARCHER_ALIASES:
+        return {**value, "name": SEARCHER_ALIASES[str(value["name"]).lower()]}
     return value
 
 

@@ -139,8 +139,12 @@ def amount_problem(key: str, value: float) -> tuple[str, str] | None:
     return None
 
 
-def check_bundle(bundle: Mapping[Any, Any], path: str, errors: Errors) -> None:
-    """One resource dict (``per_trial`` or one bundle): its names, its amounts, and that it holds something."""
+def check_bundle(bundle: Mapping[Any, Any], path: str, errors: Errors, *, may_be_empty: bool = False) -> None:
+    """One resource dict (``per_trial`` or one bundle): its names, its amounts, and that it holds something.
+
+    :param may_be_empty: the first of several bundles, which Tune takes empty (all 0): the trainable then holds no
+        resources, and its child actors the other bundles' (``PlacementGroupFactory``'s empty head bundle).
+    """
     seen: dict[str, Any] = {}
     holds = False
     numbers_only = True
@@ -165,6 +169,8 @@ def check_bundle(bundle: Mapping[Any, Any], path: str, errors: Errors) -> None:
             continue
         holds = holds or (value > 0 and not _is_constraint(key))
     if numbers_only and not holds:
+        if may_be_empty and all(v == 0 for v in bundle.values()):
+            return
         if all(v == 0 for v in bundle.values()):
             errors.add(path, dict(bundle), "asks for no resources at all", 'ask for at least {"cpu": 1}')
         else:
