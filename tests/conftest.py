@@ -104,6 +104,28 @@ def cluster(request: pytest.FixtureRequest) -> Iterator:
         _stop_and_check_nothing_is_left(local)
 
 
+@contextlib.contextmanager
+def separate_stack(prefix: str, **settings) -> Iterator:
+    """A stack whose Ray nodes run from the cluster virtualenv (airflow_tune importable there only as a job ships
+    it, as on a real cluster), with ``settings`` for :class:`~airflow_tune.local.LocalStack`; yields the stack, its
+    environment set, and stops it, checking that nothing of it is left, even when the tests fail."""
+    from airflow_tune.local import LocalStack
+    from tests.support.cluster_venv import cluster_python
+
+    local = LocalStack(
+        Path(tempfile.mkdtemp(prefix=prefix, dir=TEST_ROOT)),
+        cluster_python=cluster_python(),
+        airflow_home=os.environ["AIRFLOW_HOME"],
+        **settings,
+    )
+    state = local.start()
+    try:
+        with _environment(state.env()):
+            yield local
+    finally:
+        _stop_and_check_nothing_is_left(local)
+
+
 def _stop_and_check_nothing_is_left(local) -> None:
     """Stop a multi-node stack (or one with an MLflow server); its processes (by id) and temp dirs must all be gone."""
     import psutil

@@ -8,22 +8,18 @@ virtualenv, where airflow_tune is importable only as a job ships it (this suite'
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from airflow_tune.common import storage
-from airflow_tune.local import LocalStack
-from tests.conftest import TEST_ROOT, _environment, _stop_and_check_nothing_is_left
+from tests.conftest import separate_stack
 from tests.integration.test_engine_restore import _assert_resumed, _checkpointing_spec, _hold, _progress_at_interrupt
 from tests.support import engine_jobs as jobs
-from tests.support.cluster_venv import cluster_python
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,19 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def head() -> Iterator:
     """A Ray head of the cluster virtualenv and the S3 endpoint; stopped, and nothing of it left, even on failure."""
-    local = LocalStack(
-        Path(tempfile.mkdtemp(prefix="layout-", dir=TEST_ROOT)),
-        num_cpus=2,
-        cluster_python=cluster_python(),
-        airflow=False,
-        airflow_home=os.environ["AIRFLOW_HOME"],
-    )
-    state = local.start()
-    try:
-        with _environment(state.env()):
-            yield state
-    finally:
-        _stop_and_check_nothing_is_left(local)
+    with separate_stack("layout-", num_cpus=2, airflow=False) as local:
+        yield local.state
 
 
 def _package_before_the_move(tmp_path: Path) -> str:

@@ -5,21 +5,17 @@ when the stack's owner is killed: tests/integration/test_local_cluster.py)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from airflow_tune.local import LocalStack, load_state
 from airflow_tune.local.stack import stop_process_tree
-from tests.conftest import TEST_ROOT, _environment, _stop_and_check_nothing_is_left
+from tests.conftest import separate_stack
 from tests.support import engine_jobs as jobs
-from tests.support.cluster_venv import cluster_python
 from tests.support.mlflow_server import MlflowRest, mlflow_python, params, tags
 from tests.support.processes import alive, tree
 
@@ -29,20 +25,8 @@ def tracked() -> Iterator:
     """A Ray head run by the cluster virtualenv (it holds the MLflow client Tune's logger imports, as the Ray image
     does), the S3 endpoint and an MLflow server; stopped, and checked that nothing of it is left, even when tests
     fail."""
-    local = LocalStack(
-        Path(tempfile.mkdtemp(prefix="mlflow-", dir=TEST_ROOT)),
-        num_cpus=2,
-        cluster_python=cluster_python(),
-        mlflow_python=mlflow_python(),
-        airflow=False,
-        airflow_home=os.environ["AIRFLOW_HOME"],
-    )
-    state = local.start()
-    try:
-        with _environment(state.env()):
-            yield state
-    finally:
-        _stop_and_check_nothing_is_left(local)
+    with separate_stack("mlflow-", num_cpus=2, mlflow_python=mlflow_python(), airflow=False) as local:
+        yield local.state
 
 
 def test_tunes_mlflow_logger_named_in_the_spec_logs_one_run_per_trial_with_config_and_metric_history(tracked):

@@ -11,13 +11,10 @@ experiment succeeds. Runs are read back over plain HTTP (:class:`~tests.support.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -26,9 +23,8 @@ from airflow_tune.common.contract import METADATA_EXPERIMENT, SPEC_FILE, manifes
 from airflow_tune.common.spec import experiment_name_for
 from airflow_tune.local import LocalStack
 from airflow_tune.local.stack import stop_process_tree
-from tests.conftest import TEST_ROOT, _environment, _stop_and_check_nothing_is_left
+from tests.conftest import separate_stack
 from tests.support import engine_jobs as jobs
-from tests.support.cluster_venv import cluster_python
 from tests.support.mlflow_server import MlflowRest, mlflow_python, params, tags
 from tests.support.tune_testkit.markers import read_markers
 
@@ -40,19 +36,8 @@ SECRET = "s3cr3t-" + uuid.uuid4().hex
 def tracked() -> Iterator[LocalStack]:
     """Ray head (cluster virtualenv), S3 endpoint, MLflow server and a migrated Airflow home; stopped, and checked
     that nothing of it is left, even when tests fail (the last test stops the MLflow server itself)."""
-    local = LocalStack(
-        Path(tempfile.mkdtemp(prefix="tracking-", dir=TEST_ROOT)),
-        num_cpus=2,
-        cluster_python=cluster_python(),
-        mlflow_python=mlflow_python(),
-        airflow_home=os.environ["AIRFLOW_HOME"],
-    )
-    state = local.start()
-    try:
-        with _environment(state.env()):
-            yield local
-    finally:
-        _stop_and_check_nothing_is_left(local)
+    with separate_stack("tracking-", num_cpus=2, mlflow_python=mlflow_python()) as local:
+        yield local
 
 
 def _date() -> datetime:
