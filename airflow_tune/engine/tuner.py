@@ -26,6 +26,7 @@ from airflow_tune.engine.callbacks import build_callbacks
 from airflow_tune.engine.imports import resolve_allow_listed
 from airflow_tune.engine.persisted_names import register_moved_modules
 from airflow_tune.engine.state_seals import check_restore_state
+from airflow_tune.engine.trial_output import apply_trial_output, with_output_upload
 
 
 def experiment_state_exists(spec: ExperimentSpec) -> bool:
@@ -68,7 +69,7 @@ def build_tuner(
         resolve_allow_listed(path, "allow-listed code reference")
     keep_credentials_out_of_trials()
     callbacks = [*callbacks, *build_callbacks(spec)]  # the spec's after the engine's own
-    trainable = build_trainable(spec)
+    trainable = with_output_upload(build_trainable(spec), spec)
     if experiment_state_exists(spec):
         check_restore_state(spec.experiment_uri, proven_state)
         register_moved_modules()
@@ -86,13 +87,11 @@ def build_tuner(
         # ones, the spec's included.
         _replace_callbacks(tuner, callbacks)
         apply_policy(tuner, spec, earlier)
+        apply_trial_output(compat.tuner_run_config(tuner), compat.tuner_tune_config(tuner), spec)
         return tuner, True
-    tuner = tune.Tuner(
-        trainable,
-        param_space=build_param_space(spec),
-        tune_config=build_tune_config(spec),
-        run_config=build_run_config(spec, callbacks),
-    )
+    run_config, tune_config = build_run_config(spec, callbacks), build_tune_config(spec)
+    apply_trial_output(run_config, tune_config, spec)
+    tuner = tune.Tuner(trainable, param_space=build_param_space(spec), tune_config=tune_config, run_config=run_config)
     return tuner, False
 
 

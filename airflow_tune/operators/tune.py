@@ -22,7 +22,8 @@ from airflow_tune.operators.tune_submit import JobSubmission
 from airflow_tune.operators.tune_wait import JobWaiting
 from airflow_tune.registries.promote_written import Written
 from airflow_tune.trust import code, roots
-from airflow_tune.utils import reconcile, shipping
+from airflow_tune.utils import reconcile, shipping, trial_naming
+from airflow_tune.utils import trial_logs as trial_logs_module
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -112,6 +113,16 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         no node can run its driver) is stopped and the task fails saying so; None waits for ``execution_timeout``.
     :param stop_wait_s: how long Ray waits for the driver to save state after the stop signal.
     :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
+    :param log_to_file: each trial's stdout and stderr in files of its folder in storage, as Tune's ``log_to_file``
+        (``True``: ``stdout`` and ``stderr``; one file name; or a ``(stdout, stderr)`` pair); on by default (Tune's
+        default is off). ``False`` keeps output in the Ray job's log only.
+    :param sync_artifacts: sync every file a trial writes in its working directory to its folder (Tune's
+        ``SyncConfig(sync_artifacts=True)``).
+    :param trial_name_creator: Tune's ``trial_name_creator``: a function of the Trial returning its name, or its
+        import path; code, so written in the DAG file (travels as the trainable does; never templated).
+    :param trial_dirname_creator: Tune's ``trial_dirname_creator`` (the trial's folder name), as above.
+    :param trial_logs: which trials' output the task log shows after the job ends (the last lines of each file):
+        ``"errored"`` (default), ``"all"`` (the trials the result lists, errored first) or ``"none"``.
     :param restore_unproven_state: after the Ray cluster lost its job history (a new head), a retry restores the
         experiment's saved Tune state only when this is True: no job log is left to prove that this experiment's jobs
         wrote those files, and restoring unpickles them. Set it only where no one else can write the storage path;
@@ -179,6 +190,11 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         stop_wait_s: int = 60,
         ship_engine: bool = True,
         restore_unproven_state: bool = False,
+        log_to_file: bool | str | tuple[str | None, str | None] | list[str | None] = True,
+        sync_artifacts: bool = False,
+        trial_name_creator: str | Callable[..., str] | None = None,
+        trial_dirname_creator: str | Callable[..., str] | None = None,
+        trial_logs: str = "errored",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -195,6 +211,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
             "search": code.literal_import_paths(search),
             "callbacks": code.literal_import_paths(callbacks),
         }
+        # Code written in the DAG file, never templated: a function (shipped as the trainable is) or an import path.
+        self.trial_creators = trial_naming.creators(trial_name_creator, trial_dirname_creator)
+        self.literal_code_references.update(trial_naming.literal_paths(self.trial_creators))
         # Node pins ({"node:<ip>": 0.01}) and loggers' URLs choose machines and servers: only the DAG file writes them.
         self.literal_node_pins = code.literal_node_pins(resources_per_trial)
         self.literal_destinations = code.literal_destinations(callbacks)
@@ -245,6 +264,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
                 f"{type(restore_unproven_state).__name__}"
             )
         self.restore_unproven_state = restore_unproven_state
+        self.log_to_file = log_to_file
+        self.sync_artifacts = sync_artifacts
+        self.trial_logs = trial_logs_module.check_trial_logs(trial_logs)
         self.job_id: str | None = None
         self.spec: ExperimentSpec | None = None
         self.returned: dict[str, Any] | None = None  # the XCom result, for lineage (also after a deferral)
@@ -310,8 +332,13 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     # -- results ------------------------------------------------------------------------------------------------
     def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:
         """The XCom result of a finished job, or a task failure that says why the job did not succeed."""
+        log_to_file = self.spec.log_to_file if self.spec is not None else None
         if status == "SUCCEEDED":
-            return self._xcom_result(reconcile.read_result(self.hook, experiment_uri, job_id, self.spec), job_id)
+            result = reconcile.read_result(self.hook, experiment_uri, job_id, self.spec)
+            trial_logs_module.log_trial_output(experiment_uri, log_to_file, self.trial_logs, self.log, result)
+            return self._xcom_result(result, job_id)
+        # The job's own result.json, unproven: only its trials' folder names are read, inside this experiment.
+        trial_logs_module.log_trial_output(experiment_uri, log_to_file, self.trial_logs, self.log)
         raise RayJobError(reconcile.job_failure(self.hook, job_id, status, message, stopped_here=self.stopped_here))
 
     def _xcom_result(self, result: dict[str, Any], job_id: str | None) -> dict[str, Any]:

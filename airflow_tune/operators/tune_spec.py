@@ -17,7 +17,7 @@ from airflow_tune.common.spec import ExperimentSpec, experiment_name_for, node_p
 from airflow_tune.common.spec.callbacks import callback_destinations
 from airflow_tune.trust import code, disjoint, roots
 from airflow_tune.trust.rendered import coerce_rendered
-from airflow_tune.utils import shipping
+from airflow_tune.utils import shipping, trial_naming
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -48,6 +48,8 @@ SPEC_FIELDS = (
     "best_scope",
     "progress_interval_s",
     "infeasible_wait_s",
+    "log_to_file",
+    "sync_artifacts",
 )
 # BaseOperator has its own "resources"; the spec's field is set from this argument.
 _SPEC_NAMES = {"resources_per_trial": "resources"}
@@ -65,6 +67,7 @@ class TuneSpecBuilder:
 
     # The operator's attributes this step reads.
     trainable_object: Any
+    trial_creators: dict[str, Any]
     literal_code_references: dict[str, set[str]]
     literal_node_pins: set[str]
     literal_destinations: set[str]
@@ -110,6 +113,8 @@ class TuneSpecBuilder:
         data["owner"] = self.owner_of(context, default_name=not named)
         if self.trainable_object is not None and self.trainable_code.by_value:
             data["trainable_digest"] = self.trainable_code.digest
+        for field, creator in self.trial_creators.items():
+            data[field] = creator if isinstance(creator, str) else self.creator_codes[field].import_path
         seed = self.warm_start_point(data.get("param_space") or {})
         if seed:
             data["points_to_evaluate"] = [seed, *(data.get("points_to_evaluate") or [])]
@@ -199,6 +204,11 @@ class TuneSpecBuilder:
         }
 
     @cached_property
+    def creator_codes(self) -> dict[str, shipping.TrainableCode]:
+        """How each trial name creator given as a function travels (cached: pickled once)."""
+        return trial_naming.creator_codes(self.trial_creators)
+
+    @cached_property
     def trainable_code(self) -> shipping.TrainableCode:
         """How the trainable object travels: by import path, or pickled by value (cached: pickled once)."""
         return shipping.trainable_code(self.trainable_object)
@@ -217,6 +227,8 @@ class TuneSpecBuilder:
         literal = {k: set(v) for k, v in self.literal_code_references.items()}
         if self.trainable_object is not None:
             literal["trainable"].add(self.trainable_code.import_path)
+        for field, creator_code in self.creator_codes.items():
+            literal[field].add(creator_code.import_path)
         mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
         for argument in code.arguments_mapped_from_data(mapped_task, literal):
             literal[argument] = set()

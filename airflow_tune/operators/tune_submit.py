@@ -28,6 +28,7 @@ class JobSubmission:
     log: Any
     trainable_object: Any
     trainable_code: Any
+    creator_codes: Any
     restore_unproven_state: bool
     dag: Any
     task_id: str
@@ -98,17 +99,20 @@ class JobSubmission:
         # (check_before_writing); the engine runs on the cluster Ray.
         self.check_before_writing(spec)
         cluster_ray = self.hook.check_ray_version()
-        if self.trainable_object is not None and self.trainable_code.by_value:
-            ray_extra.refuse_by_value(self.trainable_code.source, cluster_ray, self.hook.cluster_python())
+        by_value = [(what, c) for what, c in self.shipped_codes() if c.by_value]
+        for _, shipped_code in by_value:
+            ray_extra.refuse_by_value(shipped_code.source, cluster_ray, self.hook.cluster_python())
         spec_uri, spec_digest = reconcile.write_job_spec(spec, job_id)
         metadata = reconcile.job_metadata(
             spec, spec_uri, spec_digest, run_id=context["run_id"], try_number=getattr(context["ti"], "try_number", "")
         )
         with contextlib.ExitStack() as stack:
             shipped = []
-            if self.trainable_object is not None and self.trainable_code.by_value:
-                shipped.append(stack.enter_context(shipping.shipped_package(self.trainable_code)))
-                self.log.info("Shipping trainable %s by value with the job", self.trainable_code.source)
+            if by_value:
+                shipped.append(stack.enter_context(shipping.shipped_package(*(c for _, c in by_value))))
+                self.log.info(
+                    "Shipping %s by value with the job", ", ".join(f"{what} {c.source}" for what, c in by_value)
+                )
             self.hook.submit_job(
                 entrypoint=engine_command(
                     spec_uri, spec_digest, restore_after=restore_after, restore_state=restore_state
@@ -119,6 +123,11 @@ class JobSubmission:
                 same_ray_version=False,  # checked above
             )
         self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
+
+    def shipped_codes(self) -> list[tuple[str, shipping.TrainableCode]]:
+        """The code given as Python objects, each with its argument: the trainable, then the trial name creators."""
+        codes = [("trainable", self.trainable_code)] if self.trainable_object is not None else []
+        return [*codes, *self.creator_codes.items()]
 
     def unproven_restore_allowed(self) -> bool:
         """``restore_unproven_state``, as the DAG file wrote it: a mapped task that got it from an XCom through

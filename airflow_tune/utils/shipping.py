@@ -19,7 +19,6 @@ from typing import Any
 
 #: The package a by-value trainable travels in (a folder in the job's ``py_modules``).
 SHIPPED_PACKAGE = "airflow_tune_shipped"
-_PICKLE_FILE = "trainable.pkl"
 
 
 def _importable_by_name(module_name: str) -> bool:
@@ -64,24 +63,25 @@ def describe(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', type(obj).__name__)}"
 
 
-def trainable_code(obj: Any) -> TrainableCode:
+def trainable_code(obj: Any, *, attr: str | None = None, what: str = "trainable") -> TrainableCode:
     """Decide how ``obj`` travels: by import path when the cluster can import it by name, else by value.
 
+    :param attr: the name it takes in the shipped package when it travels by value (default: its own name).
+    :param what: the argument it was given as, for messages.
     :raises TypeError: ``obj`` is not a function or class, or cloudpickle cannot pickle it.
     """
     if not callable(obj):
-        raise TypeError(
-            f"trainable = {obj!r}: give a function, a tune.Trainable subclass, or an import path 'package.module:name'"
-        )
+        kinds = "a function, a tune.Trainable subclass" if what == "trainable" else "a function"
+        raise TypeError(f"{what} = {obj!r}: give {kinds}, or an import path 'package.module:name'")
     source = describe(obj)
     module_name = getattr(obj, "__module__", None) or ""
     qualname = getattr(obj, "__qualname__", "") or ""
     nested = "<locals>" in qualname or "<lambda>" in qualname
     if module_name and not nested and _importable_by_name(module_name):
         return TrainableCode(source=source, import_path=f"{module_name}:{qualname}")
-    payload = _pickle_by_value(obj, module_name, source)
+    payload = _pickle_by_value(obj, module_name, source, what)
     name = getattr(obj, "__name__", "")
-    attr = name if name.isidentifier() and not name.startswith("_") else "trainable"
+    attr = attr or (name if name.isidentifier() and not name.startswith("_") else "trainable")
     return TrainableCode(
         source=source, import_path=f"{SHIPPED_PACKAGE}:{attr}", payload=payload, digest=code_digest(obj, payload)
     )
@@ -136,11 +136,11 @@ def _global_names(obj: Any) -> set[str]:
     return names
 
 
-def _pickle_by_value(obj: Any, module_name: str, source: str) -> bytes:
+def _pickle_by_value(obj: Any, module_name: str, source: str, what: str = "trainable") -> bytes:
     from airflow_tune.hooks.ray_extra import RayExtraMissing, ray_installed
 
     if not ray_installed():
-        raise RayExtraMissing(f"pickling the trainable {source} by value (the cluster cannot import it by name)")
+        raise RayExtraMissing(f"pickling the {what} {source} by value (the cluster cannot import it by name)")
     from ray import cloudpickle
 
     module = sys.modules.get(module_name)
@@ -151,7 +151,7 @@ def _pickle_by_value(obj: Any, module_name: str, source: str) -> bytes:
         return bytes(cloudpickle.dumps(obj))
     except Exception as exc:
         raise TypeError(
-            f"trainable {source} cannot be pickled to ship it with the job ({type(exc).__name__}: {exc}); it "
+            f"{what} {source} cannot be pickled to ship it with the job ({type(exc).__name__}: {exc}); it "
             "probably holds something that cannot travel (a lock, a connection, the DAG itself). Define it at module "
             "level without such references, or put it in a module shipped with py_modules= and pass "
             "'package.module:name'"
@@ -161,46 +161,49 @@ def _pickle_by_value(obj: Any, module_name: str, source: str) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-_SHIPPED_INIT = '''"""A trainable from an Airflow DAG file, shipped by value by airflow-tune. Generated for one job."""
+_SHIPPED_INIT = '''"""Code from an Airflow DAG file, shipped by value by airflow-tune. Generated for one job."""
 
 import pickle
 import sys
 from pathlib import Path
 
-SOURCE = {source!r}
+SOURCE = {source!r}  # the first object's, for the message below
 PICKLED_ON = {python!r}
 
 if tuple(sys.version_info[:2]) != tuple(PICKLED_ON):
     raise ImportError(
-        f"the trainable {{SOURCE}} was pickled by value on Python {{PICKLED_ON[0]}}.{{PICKLED_ON[1]}} (the Airflow "
-        f"worker) and this Ray node runs Python {{sys.version_info[0]}}.{{sys.version_info[1]}}: run the same Python "
-        "minor version on both sides, or ship the trainable by import path (trainable='package.module:name' with "
-        "py_modules=)"
+        f"{{SOURCE}}, from the DAG file, was pickled by value on Python {{PICKLED_ON[0]}}.{{PICKLED_ON[1]}} (the "
+        f"Airflow worker) and this Ray node runs Python {{sys.version_info[0]}}.{{sys.version_info[1]}}: run the same "
+        "Python minor version on both sides, or ship it by import path ('package.module:name' with py_modules=)"
     )
 
-{attr} = pickle.loads((Path(__file__).parent / {pickle_file!r}).read_bytes())
 '''
+_SHIPPED_OBJECT = "{attr} = pickle.loads((Path(__file__).parent / {pickle_file!r}).read_bytes())\n"
 
 
 @contextlib.contextmanager
-def shipped_package(code: TrainableCode) -> Iterator[str]:
-    """A folder holding the by-value trainable as the package :data:`SHIPPED_PACKAGE`, for ``py_modules``.
+def shipped_package(*codes: TrainableCode) -> Iterator[str]:
+    """A folder holding the by-value code (the trainable, the trial name creators) as the package
+    :data:`SHIPPED_PACKAGE`, each object under its own name, for ``py_modules``.
 
     The folder exists only while the job is submitted (Ray uploads it then); it is removed on exit.
     """
-    if code.payload is None:
-        raise ValueError(f"{code.source} is shipped by import path, not by value")
+    attrs = [code.import_path.partition(":")[2] for code in codes]
+    for code in codes:
+        if code.payload is None:
+            raise ValueError(f"{code.source} is shipped by import path, not by value")
+    if len(set(attrs)) != len(attrs):
+        raise ValueError(f"two objects shipped by value under one name: {attrs}")
     root = Path(tempfile.mkdtemp(prefix="aft-shipped-"))
     try:
         package = root / SHIPPED_PACKAGE
         package.mkdir()
-        (package / _PICKLE_FILE).write_bytes(code.payload)
-        attr = code.import_path.partition(":")[2]
-        (package / "__init__.py").write_text(
-            _SHIPPED_INIT.format(
-                source=code.source, python=list(sys.version_info[:2]), attr=attr, pickle_file=_PICKLE_FILE
-            )
-        )
+        text = _SHIPPED_INIT.format(source=codes[0].source, python=list(sys.version_info[:2]))
+        for code, attr in zip(codes, attrs, strict=True):
+            pickle_file = f"{attr}.pkl"
+            (package / pickle_file).write_bytes(code.payload or b"")
+            text += _SHIPPED_OBJECT.format(attr=attr, pickle_file=pickle_file)
+        (package / "__init__.py").write_text(text)
         yield str(package)
     finally:
         shutil.rmtree(root, ignore_errors=True)

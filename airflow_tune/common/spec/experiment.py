@@ -36,6 +36,7 @@ from airflow_tune.common.spec.space import (
 )
 from airflow_tune.common.spec.stopping import check_stop, experiment_stoppers
 from airflow_tune.common.spec.tracking import check_no_double_tracking, check_tracking
+from airflow_tune.common.spec.trial_output import check_trial_output
 from airflow_tune.common.spec.trust import check_data_only, check_provenance, field_code_references
 from airflow_tune.common.spec.tune_objects import not_carried
 
@@ -76,6 +77,11 @@ class ExperimentSpec:
     :param mlflow: track each trial as an MLflow run under one parent run of the experiment: ``{"tracking_uri",
         "experiment_name", "tags", "ui_url"}``, or null (see :mod:`~airflow_tune.common.spec.tracking`). Not part of the
         identity.
+    :param log_to_file: each trial's stdout and stderr in files of its folder in storage (Tune's forms: true, one
+        file name, or a ``[stdout, stderr]`` pair; on by default); see :mod:`~airflow_tune.common.spec.trial_output`.
+    :param sync_artifacts: sync every file a trial writes in its working directory to its folder (Tune's).
+    :param trial_name_creator: import path of Tune's ``trial_name_creator`` (a function of the Trial), or null.
+    :param trial_dirname_creator: import path of Tune's ``trial_dirname_creator``, or null.
     """
 
     trainable: str
@@ -106,6 +112,10 @@ class ExperimentSpec:
     trainable_digest: str | None = None
     allow_listed: list[str] = field(default_factory=list)
     mlflow: dict[str, Any] | None = None
+    log_to_file: bool | str | list[str | None] = True
+    sync_artifacts: bool = False
+    trial_name_creator: str | None = None
+    trial_dirname_creator: str | None = None
     version: int = SPEC_VERSION
 
     # -- JSON in/out ----------------------------------------------------------------------------------------------
@@ -273,6 +283,7 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
             kw["mlflow"] = tracking
         check_no_double_tracking(kw["mlflow"], kw.get("callbacks"), errors)
     check_combinations(kw, errors)
+    check_trial_output(kw, errors)
     check_objectives(kw, errors)
     ptes = kw.get("points_to_evaluate")
     if ptes is not None:
@@ -317,7 +328,7 @@ def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
     """Every import path of a spec, with its field: the code the cluster imports and runs for this experiment.
 
     ``trainable``, ``scheduler.factory``, ``search.factory``, each callback's ``factory`` and each ``sample_from`` in
-    ``param_space`` or in PBT's ``hyperparam_mutations``
+    ``param_space`` or in PBT's ``hyperparam_mutations``, and the trial name creators
     (:func:`~airflow_tune.common.spec.trust.field_code_references`). Everything else in a spec is data.
     """
     fields_as_given = {
@@ -326,6 +337,8 @@ def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
         "search": {"factory": spec.search.factory},
         "callbacks": spec.callbacks or [],
         "param_space": spec.param_space,
+        "trial_name_creator": spec.trial_name_creator,
+        "trial_dirname_creator": spec.trial_dirname_creator,
     }
     return [
         (where, path)

@@ -22,9 +22,18 @@ from airflow_tune.common.spec.space import (
     space_code_references,
     tune_code_nodes,
 )
+from airflow_tune.common.spec.trial_output import NAMING_FIELDS
 
 #: The fields that hold code, each in the positions :func:`field_code_references` names.
-CODE_FIELDS = ("trainable", "param_space", "scheduler", "search", "callbacks")
+CODE_FIELDS = (
+    "trainable",
+    "param_space",
+    "scheduler",
+    "search",
+    "callbacks",
+    "trial_name_creator",
+    "trial_dirname_creator",
+)
 
 _OWNER_KEYS: dict[str, type | tuple[type, ...]] = {
     "dag_id": str,
@@ -90,14 +99,14 @@ def check_data_only(data: Mapping[str, Any], errors: Errors) -> None:
 
 def field_code_references(name: str, value: Any) -> list[tuple[str, Any]]:
     """The code positions of the spec field ``name`` holding ``value`` (in any form the field accepts), with what each
-    holds: the ``trainable`` itself; each ``sample_from`` of ``param_space`` (inside nested configs, lists, ``choice``
-    and ``grid_search``, never inside ``const``; the space's own keys are parameter names); a scheduler's or
-    searcher's ``factory`` (``"pkg.mod:make"`` alone is one) and each ``sample_from`` of PBT's
+    holds: the ``trainable`` itself; each trial name creator; each ``sample_from`` of ``param_space`` (inside nested
+    configs, lists, ``choice`` and ``grid_search``, never inside ``const``; the space's own keys are parameter names);
+    a scheduler's or searcher's ``factory`` (``"pkg.mod:make"`` alone is one) and each ``sample_from`` of PBT's
     ``hyperparam_mutations`` that is not a list of values; each callback's class path or ``factory``. Everything
     else a field holds is data. The one grammar of code: :func:`~airflow_tune.common.spec.code_references` reads a spec
     with it, and the operator reads its arguments as the DAG file wrote them with it."""
-    if name == "trainable":
-        return [("trainable", value)] if isinstance(value, str) else []
+    if name in ("trainable", *NAMING_FIELDS):
+        return [(name, value)] if isinstance(value, str) else []
     if name == "param_space":
         items = value.items() if isinstance(value, Mapping) else []
         return [ref for key, node in items for ref in space_code_references(node, f"param_space.{key}")]
