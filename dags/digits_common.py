@@ -34,17 +34,6 @@ SHIP_TRAINABLES = {"py_modules": [PACKAGE_DIR]}
 # [END howto_example_settings]
 
 
-def champion_checkpoint() -> tuple[str, str | None]:
-    """What a deploy loads, and the digest its files must have: ``models:/<name>@champion`` in MLflow
-    (download_checkpoint resolves and verifies it), or the champion's checkpoint in an S3 registry, proven by the
-    experiment that produced it (airflow_tune.registry.champion_checkpoint)."""
-    if REGISTRY_URI.startswith("models:/"):
-        return f"{REGISTRY_URI}@champion", None
-    from airflow_tune.registry import champion_checkpoint as proven_champion
-
-    return proven_champion(REGISTRY_URI)
-
-
 def champion_uri() -> str:
     """What a deploy loads as an MLflow Model: ``models:/<name>@champion`` in MLflow, or the S3 registry itself (its
     champion); airflow_tune.checkpoints.download_model resolves, proves and verifies either."""

@@ -152,11 +152,6 @@ class MLflowRegistry:
         mine = sorted((v for v in found or [] if v.name == self.name), key=lambda v: int(v.version))
         return mine[0] if mine else None
 
-    def ensure_model(self) -> None:
-        if self.call("read the registered model", self.client.get_registered_model, self.name, missing_ok=True):
-            return
-        self.call("create the registered model", self.client.create_registered_model, self.name)
-
     def create_version(self, source: str, run_id: str | None, tags: dict[str, str]) -> Any:
         return self.call(
             "create a version",
