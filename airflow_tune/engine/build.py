@@ -16,6 +16,7 @@ from ray import tune
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 
 from airflow_tune.common import storage
+from airflow_tune.common.shipped import WithParameters
 from airflow_tune.common.spec import SCHEDULER_ALIASES, SEARCHERS, ExperimentSpec, primitive_of, tune_code_nodes
 from airflow_tune.common.spec.space import ArgumentNameError, bound_arguments
 from airflow_tune.engine import compat, factories
@@ -67,7 +68,7 @@ def is_class_trainable(obj: Any) -> bool:
 
 def build_trainable(spec: ExperimentSpec) -> Any:
     """The user's trainable with its keyword arguments and per-trial resources attached."""
-    trainable = import_path(spec.trainable, "trainable")
+    trainable, parameters = import_trainable(spec)
     if not (is_class_trainable(trainable) or callable(trainable)):
         raise EngineError(f"trainable {spec.trainable!r} is neither a function nor a tune.Trainable subclass")
     class_api = is_class_trainable(trainable)
@@ -83,12 +84,21 @@ def build_trainable(spec: ExperimentSpec) -> Any:
         )
     if not class_api and not inspect.isgeneratorfunction(trainable):
         trainable = report_zero_return(trainable)
-    if spec.trainable_kwargs:
-        trainable = tune.with_parameters(trainable, **spec.trainable_kwargs)
+    # Arguments of a tune.with_parameters written in the DAG file, then the JSON ones: into the object store, as Tune.
+    parameters.update(spec.trainable_kwargs)
+    if parameters:
+        trainable = tune.with_parameters(trainable, **parameters)
     resources = build_resources(spec)
     if resources is not None:
         trainable = tune.with_resources(trainable, resources)
     return trainable
+
+
+def import_trainable(spec: ExperimentSpec) -> tuple[Any, dict[str, Any]]:
+    """The trainable and the arguments a ``tune.with_parameters(fn, **data)`` written in the DAG file gave it
+    (shipped by value as a :class:`~airflow_tune.common.shipped.WithParameters`), else none."""
+    obj = import_path(spec.trainable, "trainable")
+    return (obj.trainable, dict(obj.parameters)) if isinstance(obj, WithParameters) else (obj, {})
 
 
 def saves_checkpoints(cls: Any) -> bool:
@@ -105,7 +115,7 @@ def checkpoint_at_end(spec: ExperimentSpec) -> bool | None:
     if spec.checkpoint.at_end is not None:
         return spec.checkpoint.at_end
     try:
-        trainable = import_path(spec.trainable, "trainable")
+        trainable = import_trainable(spec)[0]
     except EngineError:
         return None
     if is_class_trainable(trainable) and not saves_checkpoints(trainable):
@@ -185,8 +195,10 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
         return _construct(schedulers.MedianStoppingRule, args, what)
     if name == "pbt":
         compat.check_arguments(schedulers.PopulationBasedTraining, args, what)
+        # A function is Tune's callable mutation (called with no arguments); PBT refuses a tune.sample_from there.
         mutations = {
-            k: (v if isinstance(v, list) else build_domain(v)) for k, v in args.pop("hyperparam_mutations").items()
+            k: v if isinstance(v, list) else _callable(v) or build_domain(v)
+            for k, v in args.pop("hyperparam_mutations").items()
         }
         return schedulers.PopulationBasedTraining(hyperparam_mutations=mutations, **args)
     if name == "pb2":
@@ -195,6 +207,11 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
 
         return _construct(PB2, args, what)
     raise EngineError(f"unknown scheduler {sched.name!r}")  # pragma: no cover - the spec rejects it
+
+
+def _callable(node: Any) -> Any:
+    """The function a ``{"sample_from": path}`` node names, else None."""
+    return import_path(node["sample_from"], "sample_from") if primitive_of(node) == "sample_from" else None
 
 
 def _construct(cls: Any, args: dict[str, Any], what: str, **more: Any) -> Any:

@@ -12,7 +12,6 @@ from airflow.sdk import BaseOperator
 
 from airflow_tune.common.contract import RESULT_KEYS, xcom_result
 from airflow_tune.common.spec import ExperimentSpec
-from airflow_tune.common.spec.tune_objects import space_from_tune
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks import ray_extra
 from airflow_tune.hooks.ray import RayHook
@@ -22,7 +21,7 @@ from airflow_tune.operators.tune_submit import JobSubmission
 from airflow_tune.operators.tune_wait import JobWaiting
 from airflow_tune.registries.promote_written import Written
 from airflow_tune.trust import code, roots
-from airflow_tune.utils import reconcile, shipping, trial_naming
+from airflow_tune.utils import reconcile, shipped_objects, trial_naming
 from airflow_tune.utils import trial_logs as trial_logs_module
 
 if TYPE_CHECKING:
@@ -43,6 +42,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         value with cloudpickle and travels with the job; what it imports from other modules must be importable on
         the cluster. An import path must be importable on the cluster (ship it with ``py_modules``/``working_dir``/
         ``pip``). Import paths are code: one that appears only after rendering is refused unless allow-listed.
+        ``tune.with_parameters(train, data=...)`` travels by value with its arguments (data of any picklable type),
+        which the driver puts in Ray's object store as Tune does.
     :param storage_path: where Tune keeps experiment state and checkpoints, e.g. ``s3://bucket/experiments``.
     :param metric: the metric the trainable reports and the search optimizes; or a list of them, several objectives,
         with ``search="optuna"`` (the best trial goes by the first; the result adds the Pareto front).
@@ -56,13 +57,16 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     :param stop: stop criteria: Tune's ``{"training_iteration": 10}`` (a trial stops once a metric is >= its value),
         or a list any of which stops: ``[{"metric": "loss", "below": 0.1}, {"name": "trial_plateau", "args":
         {"std": 0.01}}]`` (thresholds ``above``/``below``, and Tune's ``trial_plateau``, ``experiment_plateau``,
-        ``maximum_iteration`` and ``timeout`` stoppers with their arguments).
+        ``maximum_iteration`` and ``timeout`` stoppers with their arguments); or custom stoppers, as Tune takes them:
+        a ``tune.Stopper`` object, a stop function ``(trial_id, result) -> bool``, or a Stopper subclass, written in
+        the DAG file (alone or in the list; they travel as the trainable does), or by import path
+        (``"pkg.mod:MyStopper"``, ``{"factory": "pkg.mod:MyStopper", "args": {...}}``: code, written in the DAG file).
     :param callbacks: Tune callbacks added to the run: loggers by name (``"csv"``, ``"json"``, ``"tbx"``, ``"wandb"``,
         ``{"name": "mlflow", "args": {...}}``; no credentials in their arguments, a ``tracking_uri`` as the DAG file
         wrote it) and custom ``tune.Callback`` classes or factories by import path (``"pkg.mod:Cb"`` or
         ``{"factory": "pkg.mod:make", "args": {...}}``; code, so written in the DAG file or allow-listed).
     :param scheduler: ``"asha"`` or ``{"name": "asha", "args": {...}}`` or ``{"factory": "pkg.mod:fn"}``
-        (also ``"pkg.mod:fn"``).
+        (also ``"pkg.mod:fn"``). PBT's ``hyperparam_mutations`` take Tune's sample objects and functions, as Tune does.
     :param search: ``"optuna"`` or ``{"name": "optuna", "args": {...}, "max_concurrent": 2}``.
     :param points_to_evaluate: configs to try first, shaped like the search space (nested configs nested). A key
         the space samples and a point lacks is sampled from its domain (the model-based searchers take a point
@@ -198,11 +202,14 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        # Tune's sample objects (tune.uniform(0, 1), at any depth) as the spec's JSON form, before anything reads it.
-        param_space = space_from_tune(param_space)
+        # Tune's objects as the spec's JSON form, before anything reads them: sample objects at any depth, and code
+        # (sample_from functions, stoppers, stop functions, PBT's mutations) as import paths, the objects kept here.
+        param_space, scheduler, stop, self.code_objects = shipped_objects.code_in_arguments(
+            param_space, scheduler, stop
+        )
         # Airflow calls any callable it finds in a template field, so an object stays out of ``trainable``.
         self.trainable_object = None if isinstance(trainable, str) else trainable
-        self.trainable = trainable if isinstance(trainable, str) else shipping.describe(trainable)
+        self.trainable = trainable if isinstance(trainable, str) else shipped_objects.describe(trainable)
         # Import paths as the DAG file wrote them, before any rendering: only these (or allow-listed ones) may run.
         self.literal_code_references = {
             "trainable": code.literal_import_paths(trainable) if isinstance(trainable, str) else set(),
@@ -210,6 +217,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
             "scheduler": code.literal_import_paths(scheduler),
             "search": code.literal_import_paths(search),
             "callbacks": code.literal_import_paths(callbacks),
+            "stop": code.literal_import_paths(stop),
         }
         # Code written in the DAG file, never templated: a function (shipped as the trainable is) or an import path.
         self.trial_creators = trial_naming.creators(trial_name_creator, trial_dirname_creator)

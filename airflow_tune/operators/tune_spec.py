@@ -17,7 +17,7 @@ from airflow_tune.common.spec import ExperimentSpec, experiment_name_for, node_p
 from airflow_tune.common.spec.callbacks import callback_destinations
 from airflow_tune.trust import code, disjoint, roots
 from airflow_tune.trust.rendered import coerce_rendered
-from airflow_tune.utils import shipping, trial_naming
+from airflow_tune.utils import shipped_objects, shipping, trial_naming
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -67,6 +67,7 @@ class TuneSpecBuilder:
 
     # The operator's attributes this step reads.
     trainable_object: Any
+    code_objects: dict[str, Any]
     trial_creators: dict[str, Any]
     literal_code_references: dict[str, set[str]]
     literal_node_pins: set[str]
@@ -113,6 +114,7 @@ class TuneSpecBuilder:
         data["owner"] = self.owner_of(context, default_name=not named)
         if self.trainable_object is not None and self.trainable_code.by_value:
             data["trainable_digest"] = self.trainable_code.digest
+        self.check_code_objects(data.get("trainable_kwargs"))
         for field, creator in self.trial_creators.items():
             data[field] = creator if isinstance(creator, str) else self.creator_codes[field].import_path
         seed = self.warm_start_point(data.get("param_space") or {})
@@ -211,7 +213,27 @@ class TuneSpecBuilder:
     @cached_property
     def trainable_code(self) -> shipping.TrainableCode:
         """How the trainable object travels: by import path, or pickled by value (cached: pickled once)."""
-        return shipping.trainable_code(self.trainable_object)
+        return shipped_objects.trainable_code_of(self.trainable_object)
+
+    @cached_property
+    def object_codes(self) -> dict[str, shipping.TrainableCode]:
+        """How each code object of ``stop``, ``param_space`` and ``scheduler`` travels, by the import path the spec
+        names it by (cached: pickled once)."""
+        return {path: shipped_objects.object_code(obj, path) for path, obj in self.code_objects.items()}
+
+    def check_code_objects(self, trainable_kwargs: Any) -> None:
+        """Before submission: every code object pickles (else a TypeError naming it, or the ``with_parameters``
+        argument that does not), and ``trainable_kwargs`` names no argument ``tune.with_parameters`` gives too."""
+        self.object_codes  # noqa: B018 - pickled now, to refuse before anything is written
+        if self.trainable_object is None or not isinstance(trainable_kwargs, dict):
+            return
+        given = shipped_objects.with_parameters_arguments(self.trainable_object)
+        twice = sorted(set(given) & set(trainable_kwargs))
+        if twice:
+            raise ValueError(
+                f"trainable_kwargs = {sorted(trainable_kwargs)}: {', '.join(twice)} also given to "
+                f"{shipped_objects.describe(self.trainable_object)}; give each argument once"
+            )
 
     def check_code_references(self, spec: ExperimentSpec) -> list[str]:
         """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists, and a

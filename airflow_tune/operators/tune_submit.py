@@ -29,6 +29,7 @@ class JobSubmission:
     trainable_object: Any
     trainable_code: Any
     creator_codes: Any
+    object_codes: Any
     restore_unproven_state: bool
     dag: Any
     task_id: str
@@ -127,7 +128,7 @@ class JobSubmission:
     def shipped_codes(self) -> list[tuple[str, shipping.TrainableCode]]:
         """The code given as Python objects, each with its argument: the trainable, then the trial name creators."""
         codes = [("trainable", self.trainable_code)] if self.trainable_object is not None else []
-        return [*codes, *self.creator_codes.items()]
+        return [*codes, *self.creator_codes.items(), *((path, c) for path, c in self.object_codes.items())]
 
     def unproven_restore_allowed(self) -> bool:
         """``restore_unproven_state``, as the DAG file wrote it: a mapped task that got it from an XCom through

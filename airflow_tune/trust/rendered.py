@@ -16,8 +16,9 @@ _STRING_FIELDS = {"trainable", "metric", "mode", "storage_path", "errored_trials
 _BOOL_FIELDS = {"reuse_actors"}
 #: Fields that also take a list (several objectives: metric=["loss", "acc"], mode=["min", "max"]).
 _LIST_OR_STRING_FIELDS = {"metric", "mode"}
-# A bare name ("asha", "optuna") or a "pkg.mod:factory" path is offered besides a JSON object.
-_NAME_OR_JSON_FIELDS = {"scheduler", "search"}
+# A bare name ("asha", "optuna") or a "pkg.mod:factory" path is offered besides a JSON object (a custom stopper's
+# "pkg.mod:MyStopper" for stop).
+_NAME_OR_JSON_FIELDS = {"scheduler", "search", "stop"}
 
 
 def coerce_rendered(name: str, value: Any) -> Any:

@@ -87,10 +87,11 @@ def trainable_code(obj: Any, *, attr: str | None = None, what: str = "trainable"
     )
 
 
-def code_digest(obj: Any, payload: bytes) -> str:
+def code_digest(obj: Any, payload: bytes | None = None) -> str:
     """A digest of a by-value trainable's code: its source and the source of every function and class of its own
     module that it refers to by name, transitively (helpers in the DAG file). The same in every try (pickled bytes
-    are not: they may order sets by the process's hash seed); the pickled bytes only when a source is unavailable."""
+    are not: they may order sets by the process's hash seed); the pickled bytes only when a source is unavailable
+    (pickled here when not given)."""
     import hashlib
     import inspect
 
@@ -107,6 +108,8 @@ def code_digest(obj: Any, payload: bytes) -> str:
         try:
             texts.append(inspect.getsource(item))
         except (OSError, TypeError):
+            if payload is None:
+                payload = _pickle_by_value(obj, str(module_name or ""), describe(obj))
             return "sha256:" + hashlib.sha256(payload).hexdigest()
         for name in sorted(_global_names(item)):
             ref = getattr(item, "__globals__", namespace).get(name)

@@ -233,12 +233,14 @@ def _slash_keys(node: Any, path: str, *, plain: bool = False) -> list[tuple[str,
 
 # --- PBT's mutations ----------------------------------------------------------------------------------------------
 def check_mutations(mutations: Mapping[str, Any], path: str, errors: Errors, *, top: bool = True) -> None:
-    """PBT's ``hyperparam_mutations``: each a non-empty list of values, a distribution, or an object of those.
+    """PBT's ``hyperparam_mutations``: each a non-empty list of values, a distribution, a function, or an object of
+    those.
 
-    ``PopulationBasedTraining`` raises TypeError on a top-level constant and ValueError on a top-level
-    ``sample_from`` when it is built (a nested one it calls with no config, which runs), and ValueError on a nested
-    constant at its first perturbation; a ``grid_search`` would be read as a nested mutation named "grid_search",
-    and a primitive inside a list reaches the trainable as the object itself.
+    A top-level ``{"sample_from": "pkg.mod:fn"}`` is Tune's callable mutation: the engine gives PBT the function
+    itself, which it calls with no arguments for a new value (a ``tune.sample_from`` object there PBT refuses; a nested
+    one it calls with no config). ``PopulationBasedTraining`` raises TypeError on a top-level constant, and ValueError
+    on a nested constant at its first perturbation; a ``grid_search`` would be read as a nested mutation named
+    "grid_search", and a primitive inside a list reaches the trainable as the object itself.
     """
     for key, node in mutations.items():
         where = f"{path}.{key}"
@@ -254,9 +256,8 @@ def check_mutations(mutations: Mapping[str, Any], path: str, errors: Errors, *, 
                         "PBT uses a list's values as they are: the trainable would get this object",
                         "write the distribution itself as the mutation, or list plain values",
                     )
-        elif name in ("grid_search", "const") or (name == "sample_from" and top):
+        elif name in ("grid_search", "const"):
             why = {
-                "sample_from": "PBT raises ValueError on a sample_from mutation (one inside an object runs)",
                 "grid_search": "PBT has no grid: it would read this as a nested mutation named 'grid_search'",
                 "const": "a constant is no mutation (PBT raises TypeError or ValueError on it)",
             }[name]

@@ -34,7 +34,7 @@ from airflow_tune.common.spec.space import (
     IMPORT_PATH,
     check_param_space,
 )
-from airflow_tune.common.spec.stopping import check_stop, experiment_stoppers
+from airflow_tune.common.spec.stopping import check_stop, experiment_stoppers, normalize_stop
 from airflow_tune.common.spec.tracking import check_no_double_tracking, check_tracking
 from airflow_tune.common.spec.trial_output import check_trial_output
 from airflow_tune.common.spec.trust import check_data_only, check_provenance, field_code_references
@@ -276,6 +276,7 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
         errors.add("progress_interval_s", pi, "must be a number >= 0.5", "give e.g. 10")
     if kw.get("stop") is not None:
         check_stop(kw["stop"], errors)
+        kw["stop"] = normalize_stop(kw["stop"])  # a custom stopper's path in its full form, as the object form gives
     check_callbacks(kw.get("callbacks"), errors)
     if kw.get("mlflow") is not None:
         tracking = check_tracking(kw["mlflow"], errors)
@@ -328,7 +329,7 @@ def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
     """Every import path of a spec, with its field: the code the cluster imports and runs for this experiment.
 
     ``trainable``, ``scheduler.factory``, ``search.factory``, each callback's ``factory`` and each ``sample_from`` in
-    ``param_space`` or in PBT's ``hyperparam_mutations``, and the trial name creators
+    ``param_space`` or in PBT's ``hyperparam_mutations``, each custom stopper, and the trial name creators
     (:func:`~airflow_tune.common.spec.trust.field_code_references`). Everything else in a spec is data.
     """
     fields_as_given = {
@@ -337,6 +338,7 @@ def code_references(spec: ExperimentSpec) -> list[tuple[str, str]]:
         "search": {"factory": spec.search.factory},
         "callbacks": spec.callbacks or [],
         "param_space": spec.param_space,
+        "stop": spec.stop,
         "trial_name_creator": spec.trial_name_creator,
         "trial_dirname_creator": spec.trial_dirname_creator,
     }

@@ -7,7 +7,12 @@ Two forms:
 - a list of criteria, any one of which stops (Tune's ``CombinedStopper``, as a list given to ``RunConfig(stop=)``):
   ``{"metric": "loss", "below": 0.1}`` stops a trial once ``loss <= 0.1``, ``{"metric": "acc", "above": 0.9}`` once
   ``acc >= 0.9`` (Tune's dict semantics; a trial that never reports the metric is not stopped by it), and Tune's
-  stoppers by name with their arguments: ``{"name": "trial_plateau", "args": {"std": 0.01}}``.
+  stoppers by name with their arguments: ``{"name": "trial_plateau", "args": {"std": 0.01}}``, and custom stoppers as
+  code: ``{"factory": "pkg.mod:MyStopper", "args": {...}}`` (a ``tune.Stopper`` subclass, called with ``args``; a
+  Stopper instance or a function ``(trial_id, result) -> bool``, Tune's function stopper, taken as it is), or just
+  ``"pkg.mod:MyStopper"``, alone or in the list. A code reference is code: only the DAG file (where a stopper object
+  or a stop function becomes this form, see :mod:`airflow_tune.utils.shipped_objects`) or the deployment's allow-list
+  may name one (:func:`~airflow_tune.common.spec.code_references`).
 
 The stoppers' arguments are checked against :data:`STOPPERS`, read from Ray 2.60's signatures (the same in 2.43).
 The plateau stoppers' ``metric`` and ``mode`` default to the spec's own, where Tune's default to none and ``"min"``.
@@ -20,6 +25,7 @@ from typing import Any
 
 from airflow_tune.common.spec.arguments import check_named_args, not_json
 from airflow_tune.common.spec.errors import Errors, did_you_mean, is_int, is_number
+from airflow_tune.common.spec.space import IMPORT_PATH
 
 #: Tune's stoppers by name (``ray.tune.stopper``), each argument with its kind; ``metric``/``mode`` default to the
 #: spec's.
@@ -54,6 +60,7 @@ STOPPER_ALIASES = {
 THRESHOLDS = ("above", "below")
 _THRESHOLD_KEYS = ("metric", *THRESHOLDS)
 _STOPPER_KEYS = ("name", "args")
+_FACTORY_KEYS = ("factory", "args")
 _EXAMPLE = '[{"metric": "loss", "below": 0.1}, {"name": "trial_plateau", "args": {"std": 0.01}}]'
 
 _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
@@ -75,19 +82,46 @@ def stopper_name(name: Any) -> str:
 
 
 def is_threshold(entry: Mapping[str, Any]) -> bool:
-    return "metric" in entry and "name" not in entry
+    return "metric" in entry and "name" not in entry and "factory" not in entry
+
+
+def normalize_stop(stop: Any) -> Any:
+    """``stop`` with each custom stopper in its full form ``{"factory": path, "args": {...}}``: a string (alone or in
+    the list) is one; Tune's two forms and anything else are returned as they are."""
+    if isinstance(stop, str):
+        return [{"factory": stop, "args": {}}]
+    if not isinstance(stop, list):
+        return stop
+    return [
+        {"factory": e, "args": {}}
+        if isinstance(e, str)
+        else ({"args": {}, **e} if isinstance(e, Mapping) and "factory" in e else e)
+        for e in stop
+    ]
+
+
+def stop_code_references(stop: Any) -> list[tuple[str, Any]]:
+    """The custom stoppers' import paths in ``stop`` (any form), with their fields."""
+    full = normalize_stop(stop)
+    entries = enumerate(full if isinstance(full, list) else [])
+    return [(f"stop[{i}].factory", e["factory"]) for i, e in entries if isinstance(e, Mapping) and "factory" in e]
 
 
 def experiment_stoppers(stop: Any) -> list[str]:
-    """The names of the stoppers in ``stop`` that end the whole experiment (``timeout``, ``experiment_plateau``)."""
-    if not isinstance(stop, list):
+    """The stoppers in ``stop`` that end (or, for custom ones, may end) the whole experiment: ``timeout``,
+    ``experiment_plateau``, and each custom stopper's path (its ``stop_all`` is its own)."""
+    full = normalize_stop(stop)
+    if not isinstance(full, list):
         return []
-    names = [stopper_name(e["name"]) for e in stop if isinstance(e, Mapping) and "name" in e]
-    return [n for n in names if n in EXPERIMENT_STOPPERS]
+    names = [stopper_name(e["name"]) for e in full if isinstance(e, Mapping) and "name" in e]
+    custom = [str(e["factory"]) for e in full if isinstance(e, Mapping) and "factory" in e]
+    return [n for n in names if n in EXPERIMENT_STOPPERS] + custom
 
 
 def check_stop(stop: Any, errors: Errors) -> None:
     """``stop`` in either form; every problem is added to ``errors``."""
+    if isinstance(stop, str) and IMPORT_PATH.match(stop):
+        return
     if isinstance(stop, Mapping) and stop:
         _check_dict(stop, errors)
     elif isinstance(stop, list) and stop:
@@ -97,8 +131,9 @@ def check_stop(stop: Any, errors: Errors) -> None:
         errors.add(
             "stop",
             stop,
-            "must be an object of metric thresholds or a non-empty list of criteria",
-            f'write {{"training_iteration": 10}} or {_EXAMPLE}, or null for no stop criteria',
+            "must be an object of metric thresholds or a non-empty list of criteria (or a stopper's import path)",
+            f'write {{"training_iteration": 10}} or {_EXAMPLE}, a custom stopper\'s import path "pkg.mod:MyStopper", '
+            "or null for no stop criteria",
         )
 
 
@@ -121,20 +156,53 @@ def _check_dict(stop: Mapping[str, Any], errors: Errors) -> None:
 
 
 def _check_entry(entry: Any, where: str, errors: Errors) -> None:
+    if isinstance(entry, str):
+        _check_factory({"factory": entry, "args": {}}, where, errors)
+        return
     if not isinstance(entry, Mapping):
-        errors.add(where, entry, "must be an object", f"write each criterion as an object, e.g. {_EXAMPLE}")
+        errors.add(
+            where,
+            entry,
+            "must be an object or a custom stopper's import path",
+            f'write each criterion as an object, e.g. {_EXAMPLE}, or "pkg.mod:MyStopper"',
+        )
         return
     if is_threshold(entry):
         _check_threshold(entry, where, errors)
     elif "name" in entry:
         _check_stopper(entry, where, errors)
+    elif "factory" in entry:
+        _check_factory(entry, where, errors)
     else:
         errors.add(
             where,
             entry,
             "is neither a threshold nor a stopper",
-            'write {"metric": "loss", "below": 0.1} or {"name": "trial_plateau", "args": {...}}',
+            'write {"metric": "loss", "below": 0.1}, {"name": "trial_plateau", "args": {...}}, or a custom stopper '
+            '{"factory": "pkg.mod:MyStopper", "args": {...}} (a tune.Stopper subclass, or a function (trial_id, '
+            "result) -> bool)",
         )
+
+
+def _check_factory(entry: Mapping[str, Any], where: str, errors: Errors) -> None:
+    if _unknown_keys(entry, _FACTORY_KEYS, where, errors):
+        return
+    path = entry["factory"]
+    if not isinstance(path, str) or not IMPORT_PATH.match(path):
+        errors.add(
+            f"{where}.factory",
+            path,
+            "not a stopper's import path",
+            'write "pkg.mod:MyStopper" (a tune.Stopper subclass, a Stopper object, or a function (trial_id, result) '
+            "-> bool, importable on the cluster), or pass the object itself in the DAG file",
+        )
+    args = entry.get("args", {})
+    if not isinstance(args, Mapping):
+        errors.add(f"{where}.args", args, "must be a JSON object", "pass the stopper class's keyword arguments")
+        return
+    for arg, value in args.items():
+        for w, node in not_json(value, f"{where}.args.{arg}"):
+            errors.add(w, node, f"is a Python {type(node).__name__}, not JSON data", "pass JSON values")
 
 
 def _unknown_keys(entry: Mapping[str, Any], known: tuple[str, ...], where: str, errors: Errors) -> bool:

@@ -22,6 +22,7 @@ from airflow_tune.common.spec.space import (
     space_code_references,
     tune_code_nodes,
 )
+from airflow_tune.common.spec.stopping import stop_code_references
 from airflow_tune.common.spec.trial_output import NAMING_FIELDS
 
 #: The fields that hold code, each in the positions :func:`field_code_references` names.
@@ -33,6 +34,7 @@ CODE_FIELDS = (
     "callbacks",
     "trial_name_creator",
     "trial_dirname_creator",
+    "stop",
 )
 
 _OWNER_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -102,7 +104,8 @@ def field_code_references(name: str, value: Any) -> list[tuple[str, Any]]:
     holds: the ``trainable`` itself; each trial name creator; each ``sample_from`` of ``param_space`` (inside nested
     configs, lists, ``choice`` and ``grid_search``, never inside ``const``; the space's own keys are parameter names);
     a scheduler's or searcher's ``factory`` (``"pkg.mod:make"`` alone is one) and each ``sample_from`` of PBT's
-    ``hyperparam_mutations`` that is not a list of values; each callback's class path or ``factory``. Everything
+    ``hyperparam_mutations`` that is not a list of values; each callback's class path or ``factory``; each custom
+    stopper's ``factory`` in ``stop`` (``"pkg.mod:MyStopper"`` alone or in the list is one). Everything
     else a field holds is data. The one grammar of code: :func:`~airflow_tune.common.spec.code_references` reads a spec
     with it, and the operator reads its arguments as the DAG file wrote them with it."""
     if name in ("trainable", *NAMING_FIELDS):
@@ -110,6 +113,8 @@ def field_code_references(name: str, value: Any) -> list[tuple[str, Any]]:
     if name == "param_space":
         items = value.items() if isinstance(value, Mapping) else []
         return [ref for key, node in items for ref in space_code_references(node, f"param_space.{key}")]
+    if name == "stop":
+        return stop_code_references(value)
     if name == "callbacks":
         entries = enumerate(value if isinstance(value, list) else [])
         return [(f"callbacks[{i}].factory", path) for i, entry in entries if (path := callback_factory(entry))]
