@@ -36,6 +36,7 @@ __all__ = [
     "object_code",
     "object_path",
     "trainable_code_of",
+    "tune_stopper_form",
     "with_parameters_arguments",
     "with_parameters_code",
 ]
@@ -188,8 +189,69 @@ def code_in_arguments(param_space: Any, scheduler: Any, stop: Any) -> tuple[Any,
     if isinstance(args, Mapping) and isinstance(args.get("hyperparam_mutations"), Mapping):
         mutations = space(space_from_tune(args["hyperparam_mutations"]), True)
         scheduler = {**scheduler, "args": {**args, "hyperparam_mutations": mutations}}
+
+    def stoppers(obj: Any) -> list[Any]:
+        """One stop entry as the spec's entries: Tune's own stoppers by name (their JSON form), a CombinedStopper as
+        its stoppers, Tune's FunctionStopper as its function, any other code as a custom stopper."""
+        form = tune_stopper_form(obj)
+        if form is not None:
+            return [form]
+        inner = _own_attribute(obj, "CombinedStopper", "_stoppers")
+        if isinstance(inner, (list, tuple)):
+            return [entry for stopper in inner for entry in stoppers(stopper)]
+        function = _own_attribute(obj, "FunctionStopper", "_fn")
+        target = function if callable(function) else obj
+        return [{"factory": named(target, "stop"), "args": {}}] if _is_code(target) else [obj]
+
     if _is_code(stop):
-        stop = [{"factory": named(stop, "stop"), "args": {}}]
+        stop = stoppers(stop)
     elif isinstance(stop, (list, tuple)):
-        stop = [{"factory": named(entry, "stop"), "args": {}} if _is_code(entry) else entry for entry in stop]
+        stop = [entry for item in stop for entry in (stoppers(item) if _is_code(item) else [item])]
     return param_space, scheduler, stop, objects
+
+
+#: Tune's stoppers (``ray.tune.stopper``) with a name in the spec: the name, and each argument with the attribute
+#: that holds it (the same in Ray 2.43 to 2.60).
+_TUNE_STOPPERS: dict[str, tuple[str, dict[str, str]]] = {
+    "MaximumIterationStopper": ("maximum_iteration", {"max_iter": "_max_iter"}),
+    "TimeoutStopper": ("timeout", {"timeout": "_timeout_seconds"}),
+    "TrialPlateauStopper": (
+        "trial_plateau",
+        {
+            "metric": "_metric",
+            "std": "_std",
+            "num_results": "_num_results",
+            "grace_period": "_grace_period",
+            "metric_threshold": "_metric_threshold",
+            "mode": "_mode",
+        },
+    ),
+    "ExperimentPlateauStopper": (
+        "experiment_plateau",
+        {"metric": "_metric", "std": "_std", "top": "_top", "mode": "_mode", "patience": "_patience"},
+    ),
+}
+
+
+def _own_attribute(obj: Any, tune_class: str, attr: str) -> Any:
+    """``obj.<attr>`` when ``obj`` is exactly Tune's ``tune_class`` (not a subclass, which may behave otherwise)."""
+    kind = type(obj)
+    if kind.__name__ != tune_class or not kind.__module__.startswith("ray.tune.stopper"):
+        return None
+    return getattr(obj, attr, None)
+
+
+def tune_stopper_form(obj: Any) -> dict[str, Any] | None:
+    """The spec's ``{"name": ..., "args": {...}}`` of one of Tune's own stoppers written as an object
+    (``MaximumIterationStopper(5)``), every argument written out, so it gives the JSON form's spec; None for any
+    other object. A timeout counts from the driver's start, as the JSON form's does."""
+    kind = type(obj)
+    known = _TUNE_STOPPERS.get(kind.__name__)
+    if known is None or not kind.__module__.startswith("ray.tune.stopper"):
+        return None
+    name, attributes = known
+    missing = object()
+    args = {arg: getattr(obj, attr, missing) for arg, attr in attributes.items()}
+    if any(value is missing for value in args.values()):
+        return None
+    return {"name": name, "args": args}

@@ -127,6 +127,52 @@ def test_an_object_form_the_cluster_imports_by_name_gives_the_json_forms_spec_an
     assert objects == written and objects.fingerprint() == written.fingerprint()
 
 
+def test_tunes_own_stopper_objects_give_their_json_forms_spec_and_fingerprint(tmp_path):
+    from ray.tune import stopper
+
+    dag = _load(tmp_path)
+    objects = [
+        stopper.MaximumIterationStopper(3),
+        stopper.CombinedStopper(
+            stopper.TimeoutStopper(60),
+            stopper.ExperimentPlateauStopper("loss", top=3),
+            stopper.FunctionStopper(dag.stop_fn),
+        ),
+        stopper.TrialPlateauStopper("loss", std=0.01, num_results=4),
+    ]
+    _, _, stop, shipped = shipped_objects.code_in_arguments(None, None, objects)
+    (function_path,) = shipped
+    written = [
+        {"name": "maximum_iteration", "args": {"max_iter": 3}},
+        {"name": "timeout", "args": {"timeout": 60}},
+        {
+            "name": "experiment_plateau",
+            "args": {"metric": "loss", "std": 0.001, "top": 3, "mode": "min", "patience": 0},
+        },
+        {"factory": function_path, "args": {}},
+        {
+            "name": "trial_plateau",
+            "args": {
+                "metric": "loss",
+                "std": 0.01,
+                "num_results": 4,
+                "grace_period": 4,
+                "metric_threshold": None,
+                "mode": None,
+            },
+        },
+    ]
+    assert stop == written and shipped[function_path] is dag.stop_fn
+    as_objects, as_json = (ExperimentSpec.from_dict({**BASE, "stop": s}) for s in (stop, written))
+    assert as_objects == as_json and as_objects.fingerprint() == as_json.fingerprint()
+
+    # A subclass of one of Tune's stoppers may behave otherwise: it travels as code.
+    class Longer(stopper.MaximumIterationStopper):
+        pass
+
+    assert shipped_objects.code_in_arguments(None, None, Longer(3))[2][0]["factory"].startswith(SHIPPED_PACKAGE)
+
+
 def test_shipped_objects_load_in_a_python_that_cannot_import_the_dag_file(tmp_path):
     dag = _load(tmp_path)
     _, _, stop, objects = shipped_objects.code_in_arguments(None, None, [dag.AfterN(2), dag.stop_fn])
