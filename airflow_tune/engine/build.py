@@ -193,6 +193,8 @@ def build_scheduler(spec: ExperimentSpec) -> Any:
         return _construct(schedulers.HyperBandScheduler, args, what)
     if name == "median_stopping_rule":
         return _construct(schedulers.MedianStoppingRule, args, what)
+    if name == "resource_changing":
+        return _construct(schedulers.ResourceChangingScheduler, args, what)
     if name == "pbt":
         compat.check_arguments(schedulers.PopulationBasedTraining, args, what)
         # A function is Tune's callable mutation (called with no arguments); PBT refuses a tune.sample_from there.

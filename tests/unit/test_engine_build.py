@@ -230,3 +230,14 @@ def test_the_concurrency_limit_reaches_the_search_algorithm(fields, limit):
     elif limit:
         assert isinstance(search, ConcurrencyLimiter) and search.max_concurrent == limit
     assert build.build_tune_config(spec).max_concurrent_trials is None
+
+
+def test_resource_changing_by_name_is_tunes_default():
+    """``tune.create_scheduler("resource_changing")``: a FIFO base scheduler and Tune's DistributeResources."""
+    from ray.tune.schedulers import FIFOScheduler, ResourceChangingScheduler
+    from ray.tune.schedulers.resource_changing_scheduler import DistributeResources
+
+    scheduler = build.build_scheduler(_spec(scheduler="resource_changing"))
+    assert isinstance(scheduler, ResourceChangingScheduler)
+    assert isinstance(scheduler._base_scheduler, FIFOScheduler)
+    assert isinstance(scheduler._resources_allocation_function, DistributeResources)

@@ -58,7 +58,7 @@ def _ray_names(relative: str, variable: str) -> set[str]:
 
 def test_every_scheduler_name_tune_takes_is_a_name_an_alias_or_a_factory_with_why():
     names = _ray_names("tune/schedulers/__init__.py", "SCHEDULER_IMPORT")
-    assert {"asynchyperband", "medianstopping", "resource_changing"} <= names  # read the right table
+    assert {"asynchyperband", "medianstopping", "hb_bohb"} <= names  # read the right table
     for name in names:
         assert name in SCHEDULERS or name in SCHEDULER_ALIASES or name in SCHEDULERS_BY_FACTORY, name
     assert set(SCHEDULER_ALIASES.values()) <= set(SCHEDULERS)
@@ -87,6 +87,16 @@ def test_tunes_scheduler_names_are_accepted(given, canonical):
     assert built.scheduler.canonical_name == canonical
     # Arguments are checked as the canonical scheduler's.
     assert f"not an argument of {canonical}" in refused(scheduler={"name": given, "args": {"grace_periods": 3}})
+
+
+def test_resource_changing_is_tunes_default_by_name_and_its_code_arguments_a_factorys():
+    assert spec(scheduler="resource_changing").scheduler.canonical_name == "resource_changing"
+    message = refused(
+        scheduler={"name": "resource_changing", "args": {"base_scheduler": "asha", "resources_allocation_function": 1}}
+    )
+    assert "scheduler.args.base_scheduler = 'asha': resource_changing's base_scheduler is a TrialScheduler" in message
+    assert "scheduler.args.resources_allocation_function = 1: " in message and "code, not data" in message
+    assert '{"factory": "pkg.mod:make"}' in message
 
 
 def test_variant_generator_is_the_random_searcher_with_its_arguments():

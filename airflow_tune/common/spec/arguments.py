@@ -47,6 +47,8 @@ SCHEDULERS: dict[str, frozenset[str]] = {
             "synch",
         }
     ),
+    # Tune's defaults (a FIFO base, DistributeResources); its two arguments are code (SCHEDULER_CODE_ARGS).
+    "resource_changing": frozenset(),
 }
 #: Other names of the schedulers above: Tune's own (``ray.tune.schedulers.SCHEDULER_IMPORT``, the names
 #: ``tune.create_scheduler`` takes) and a few shorter ones.
@@ -63,12 +65,15 @@ SCHEDULERS_BY_FACTORY = {
     "search factory",
     "pbt_replay": "PopulationBasedTrainingReplay replays a policy file read from the driver's disk: a path the "
     "cluster reads, which data never chooses",
-    "resource_changing": "ResourceChangingScheduler's arguments (its base scheduler, its allocation function) are code",
 }
-#: Scheduler arguments that Ray 2.60 types as a callable: code, never in ``args``.
+#: Scheduler arguments that Ray 2.60 types as a callable or an object: code, never in ``args``.
 SCHEDULER_CODE_ARGS: dict[str, dict[str, str]] = {
     "pbt": {"custom_explore_fn": "a function (Callable in PopulationBasedTraining's signature)"},
     "pb2": {"custom_explore_fn": "a function (Callable in PB2's signature)"},
+    "resource_changing": {
+        "base_scheduler": "a TrialScheduler object",
+        "resources_allocation_function": "a function (Callable in ResourceChangingScheduler's signature)",
+    },
 }
 
 #: Searchers by name and the package each needs on the cluster.
