@@ -176,3 +176,11 @@ def test_median_stopping_takes_grace_period_zero(name):
 
 def test_asha_grace_period_zero_stays_refused_as_tune_asserts():
     assert "must be a positive number" in refused(scheduler={"name": "asynchyperband", "args": {"grace_period": 0}})
+
+
+@pytest.mark.parametrize("value", ["raise", "RAISE"])
+def test_fail_fast_raise_is_refused_on_purpose_saying_why(value):
+    message = refused(failure={"fail_fast": value})
+    assert f"failure.fail_fast = '{value}': Tune's 'raise'" in message
+    assert "before its final save of the experiment's state" in message and "write true" in message
+    assert "must be true or false" not in message

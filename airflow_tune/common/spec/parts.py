@@ -296,9 +296,20 @@ class FailureSpec(_Part):
     def check(self, errors: Errors) -> None:
         if not is_int(self.max_failures) or self.max_failures < -1:
             errors.add("failure.max_failures", self.max_failures, "must be an integer >= -1", "-1 retries forever")
+        if isinstance(self.fail_fast, str) and self.fail_fast.lower() == "raise":
+            # Refused on purpose: tune.run re-raises it before its final save of the experiment's state (the forced
+            # checkpoint after the loop), and Tune warns that Ray processes may be left behind.
+            errors.add(
+                "failure.fail_fast",
+                self.fail_fast,
+                "Tune's 'raise' raises the trial's error from fit() before its final save of the experiment's state "
+                "(a retry resumes an older snapshot) and may leave trial processes behind; it is not offered",
+                "write true: the first errored trial stops the experiment and fails the task with its error",
+            )
         for flag in ("fail_fast", "tolerate_errored_trials"):
-            if not isinstance(getattr(self, flag), bool):
-                errors.add(f"failure.{flag}", getattr(self, flag), "must be true or false", "write true or false")
+            value = getattr(self, flag)
+            if not isinstance(value, bool) and not (flag == "fail_fast" and str(value).lower() == "raise"):
+                errors.add(f"failure.{flag}", value, "must be true or false", "write true or false")
         if self.fail_fast is True and is_int(self.max_failures) and self.max_failures != 0:
             # Tune's FailureConfig raises this when it is built, on the cluster: a failed trial is never retried.
             errors.add(
