@@ -78,7 +78,7 @@ MALFORMED: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("num-samples-str", {"num_samples": "8"}, "num_samples", ["'8'", "integer >= 1"]),
     ("num-samples-bool", {"num_samples": True}, "num_samples", ["true", "integer >= 1"]),
     ("num-samples-float", {"num_samples": 2.5}, "num_samples", ["2.5", "integer >= 1"]),
-    ("max-concurrent-trials-zero", {"max_concurrent_trials": 0}, "max_concurrent_trials", ["= 0", "positive"]),
+    ("max-concurrent-trials-negative", {"max_concurrent_trials": -1}, "max_concurrent_trials", ["= -1", ">= 0"]),
     ("max-concurrent-trials-str", {"max_concurrent_trials": "4"}, "max_concurrent_trials", ["'4'", "integer"]),
     ("reuse-actors-str", {"reuse_actors": "yes"}, "reuse_actors", ["'yes'", "true or false"]),
     ("time-budget-negative", {"time_budget_s": -5}, "time_budget_s", ["-5", "positive number of seconds", "3600"]),

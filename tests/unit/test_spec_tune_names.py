@@ -184,3 +184,12 @@ def test_fail_fast_raise_is_refused_on_purpose_saying_why(value):
     assert f"failure.fail_fast = '{value}': Tune's 'raise'" in message
     assert "before its final save of the experiment's state" in message and "write true" in message
     assert "must be true or false" not in message
+
+
+def test_max_concurrent_trials_zero_is_no_limit_as_in_tune():
+    """TuneConfig(max_concurrent_trials=0): "If None or 0, no limit will be applied"."""
+    from airflow_tune.engine.build import concurrency_limit
+
+    built = spec(max_concurrent_trials=0)
+    assert built.max_concurrent_trials == 0 and concurrency_limit(built) is None
+    assert concurrency_limit(spec(max_concurrent_trials=0, search={"name": "random", "max_concurrent": 2})) == 2

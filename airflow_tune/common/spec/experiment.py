@@ -257,7 +257,15 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
             minimum=1,
             fix="give how many times to sample the space (e.g. 8), or -1 with a time_budget_s",
         )
-    _check_int(kw, "max_concurrent_trials", errors, minimum=1, optional=True, fix="give a positive limit or null")
+    # Tune's TuneConfig: "If None or 0, no limit will be applied."
+    _check_int(
+        kw,
+        "max_concurrent_trials",
+        errors,
+        minimum=0,
+        optional=True,
+        fix="give a positive limit, or 0 or null for none",
+    )
     if "reuse_actors" in kw and not isinstance(kw["reuse_actors"], bool):
         errors.add("reuse_actors", kw["reuse_actors"], "must be true or false", "write true or false")
     tb = kw.get("time_budget_s")
