@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_compose import ENV_EXAMPLE, compose_config
+from tests.unit.local.test_compose import ENV_EXAMPLE, compose_config
 
 #: The port each compose healthcheck asks, by service.
 PORTS = {

@@ -63,7 +63,7 @@ def test_the_compose_healthcheck_passes_on_the_real_server_and_fails_on_a_wrong_
     """docker/docker-compose.yaml's check of its mlflow service, as compose resolves it, against this stack's server
     (its port put in for 5000); something else answering there is not a healthy server."""
     from tests.integration.test_healthchecks import http_server, run_check
-    from tests.unit.test_compose import ENV_EXAMPLE, compose_config
+    from tests.unit.local.test_compose import ENV_EXAMPLE, compose_config
 
     env = tmp_path / "env"
     shutil.copy(ENV_EXAMPLE, env)

@@ -2,7 +2,8 @@
 logic), then malformed, oversized and rewritten files through the plugin's real FastAPI app with Airflow's auth.
 
 The documented bound: the data endpoint's response is at most ``MAX_RESPONSE_BYTES`` (1 MiB) of JSON, whatever the
-files hold; an ordinary experiment's is tens of KiB (tests/unit/test_experiment_view.py: 2,000 trials, 61 KiB)."""
+files hold; an ordinary experiment's is tens of KiB (tests/unit/plugins/test_experiment_view.py: 2,000 trials,
+61 KiB)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from airflow_tune.plugins.experiment_bounds import fit, response_bytes
 from airflow_tune.plugins.experiment_files import BadFile, ExperimentFiles
 from airflow_tune.plugins.experiment_shape import TaskFacts, build_view, experiment_view
 from tests.support.experiment_files import make_experiment, owner_record
-from tests.unit.test_experiment_view import QUERY, api  # noqa: F401 - the app with Airflow's auth, as a fixture
+from tests.unit.plugins.test_experiment_view import QUERY, api  # noqa: F401 - the app with Airflow's auth, as a fixture
 
 DAG = "retrain"
 OWNER = owner_record(DAG)

@@ -109,7 +109,7 @@ def importable(config: dict[str, Any]) -> None:
 def test_an_object_the_cluster_can_import_by_name_travels_by_import_path():
     shipment = trainable_code(importable)
     assert not shipment.by_value
-    assert shipment.import_path == "tests.unit.test_shipping:importable"
+    assert shipment.import_path == "tests.unit.utils.test_shipping:importable"
 
 
 def test_an_object_that_cannot_be_pickled_fails_before_submission_with_the_fix():

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_tune.engine.imports import EngineError, resolve_allow_listed
 from airflow_tune.trust.code import CodeReferenceError, licensed_by
-from tests.unit.test_security import _run_until_submit
+from tests.unit.trust.test_security import _run_until_submit
 
 PATTERNS = ["my_models.*:*", "shlex:*", "json:*"]
 

@@ -15,7 +15,7 @@ from airflow.sdk import DAG, task
 
 from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.operators.tune import RayTuneOperator
-from tests.unit.test_security import _execute, _run_until_submit
+from tests.unit.trust.test_security import _execute, _run_until_submit
 
 OUTSIDE = "https://collector.example:8443"
 

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_tune.plugins.experiment_shape import TaskFacts, build_view
 from tests.support.experiment_files import METRIC, make_experiment, owner_record
-from tests.unit.test_experiment_view import QUERY, api  # noqa: F401 - the app with Airflow's auth, as a fixture
+from tests.unit.plugins.test_experiment_view import QUERY, api  # noqa: F401 - the app with Airflow's auth, as a fixture
 
 DAG_A, DAG_B = "retrain", "other_team"
 MARK = "b-secret-value"

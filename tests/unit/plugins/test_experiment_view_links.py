@@ -12,8 +12,8 @@ import pytest
 from airflow_tune.plugins.experiment_bounds import safe_link, tracking_links
 from airflow_tune.plugins.experiment_files import reduce_tracking
 from tests.support.experiment_files import make_experiment
-from tests.unit.test_experiment_view import OWNER, _facts, _uri, _view
-from tests.unit.test_experiment_view import api as api  # the view's app with Airflow's real auth (a fixture)
+from tests.unit.plugins.test_experiment_view import OWNER, _facts, _uri, _view
+from tests.unit.plugins.test_experiment_view import api as api  # the view's app with Airflow's real auth (a fixture)
 
 #: The deployment's MLflow server (the plugin reads the mlflow_default connection: experiment_app.mlflow_server).
 SERVER = {"conn_id": "mlflow_default", "tracking_uri": "http://mlflow:5000", "ui_url": "https://mlflow.example.com"}

@@ -14,7 +14,7 @@ from airflow.sdk.execution_time.comms import TaskStatesResult
 
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
-from tests.unit.test_trigger_and_retries import FakeDashboard
+from tests.unit.triggers.test_trigger_and_retries import FakeDashboard
 
 
 class WaitingDashboard(FakeDashboard):

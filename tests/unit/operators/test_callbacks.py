@@ -23,9 +23,9 @@ from airflow_tune.engine import tuner as tuner_module
 from airflow_tune.engine.imports import EngineError, import_path
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.trust import code
-from tests.unit.test_argument_forms import BASE as OPERATOR_BASE
-from tests.unit.test_argument_forms import TEMPLATE_FORMS
-from tests.unit.test_argument_forms import _spec as operator_spec
+from tests.unit.operators.test_argument_forms import BASE as OPERATOR_BASE
+from tests.unit.operators.test_argument_forms import TEMPLATE_FORMS
+from tests.unit.operators.test_argument_forms import _spec as operator_spec
 
 BASE = {"trainable": "m:f", "name": "e", "storage_path": "s3://bucket/x", "metric": "loss", "mode": "min"}
 EVIDENCE = "tests.support.tune_testkit.callbacks:Evidence"

@@ -14,7 +14,7 @@ from airflow_tune.common.spec.trial_output import log_files
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.utils import trial_logs
 from airflow_tune.utils.shipping import SHIPPED_PACKAGE
-from tests.unit.test_security import _run_until_submit
+from tests.unit.trust.test_security import _run_until_submit
 
 pytestmark = pytest.mark.unit
 

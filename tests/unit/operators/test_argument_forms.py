@@ -137,7 +137,8 @@ def _cases() -> list[Any]:
         for i, text in enumerate(strings):
             cases.append(pytest.param(argument, "string", text, field, expected, id=f"{key}-string{i}"))
         if isinstance(value, dict) and "factory" in value:
-            continue  # a factory path rendered from a Param is code from data: refused (tests/unit/test_security.py)
+            # A factory path rendered from a Param is code from data: refused (tests/unit/trust/test_security.py).
+            continue
         for form in TEMPLATE_FORMS:
             cases.append(pytest.param(argument, form, value, field, expected, id=f"{key}-{form}"))
     return cases
@@ -146,7 +147,7 @@ def _cases() -> list[Any]:
 @pytest.mark.parametrize(("argument", "form", "value", "field", "expected"), _cases())
 def test_every_documented_argument_form_gives_the_same_spec(argument, form, value, field, expected, monkeypatch):
     if argument == "storage_path" and form in TEMPLATE_FORMS:
-        # A storage path rendered whole lies under a deployment root (tests/unit/test_storage_roots.py).
+        # A storage path rendered whole lies under a deployment root (tests/unit/trust/test_storage_roots.py).
         monkeypatch.setenv("AIRFLOW__AIRFLOW_TUNE__ALLOWED_STORAGE_ROOTS", "s3://bkt/other")
     if form in TEMPLATE_FORMS:
         template, native = TEMPLATE_FORMS[form]
@@ -185,7 +186,7 @@ def _module_trainable(config: dict[str, Any]) -> dict[str, float]:
     ("trainable", "path"),
     [
         ("pkg.mod:train", "pkg.mod:train"),
-        (_module_trainable, "tests.unit.test_argument_forms:_module_trainable"),
+        (_module_trainable, "tests.unit.operators.test_argument_forms:_module_trainable"),
     ],
     ids=["import-path", "importable-object"],
 )
@@ -199,7 +200,7 @@ def test_a_trainable_object_never_sits_in_a_template_field():
         op = RayTuneOperator(task_id="tune", **{**BASE, "trainable": _module_trainable})
     for name in op.template_fields:
         assert not callable(getattr(op, name)), name
-    assert op.trainable == "tests.unit.test_argument_forms:_module_trainable"
+    assert op.trainable == "tests.unit.operators.test_argument_forms:_module_trainable"
 
 
 def test_runtime_env_arguments_are_python_values_written_in_the_dag_file():

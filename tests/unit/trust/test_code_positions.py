@@ -19,7 +19,7 @@ import pytest
 
 from airflow_tune.common.spec import ExperimentSpec, code_references
 from airflow_tune.trust.code import CodeReferenceError, literal_import_paths, review_references
-from tests.unit.test_security import _execute, _run_until_submit
+from tests.unit.trust.test_security import _execute, _run_until_submit
 
 A, B = "my_models.zoo:Small", "my_models.zoo:Large"
 CHOICE = {"choice": [A, B]}

@@ -18,7 +18,7 @@ from airflow_tune.engine.objectives import PARETO_LISTED, check_searcher_objecti
 from airflow_tune.plugins import experiment_files, experiment_shape
 from airflow_tune.plugins.experiment_shape import TaskFacts
 from tests.support.experiment_files import owner_record
-from tests.unit.test_argument_forms import TEMPLATE_FORMS, _spec_with
+from tests.unit.operators.test_argument_forms import TEMPLATE_FORMS, _spec_with
 
 pytestmark = pytest.mark.unit
 

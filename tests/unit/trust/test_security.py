@@ -298,7 +298,7 @@ def test_a_name_or_storage_path_from_a_conf_stays_inside_the_storage_path(kwargs
 
 
 def test_literal_import_paths_ignore_everything_a_template_renders():
-    # Only code positions count (tests/unit/test_code_positions.py): here a factory, a sample_from.
+    # Only code positions count (tests/unit/trust/test_code_positions.py): here a factory, a sample_from.
     assert literal_import_paths("pkg.mod:fn") == {"pkg.mod:fn"}
     assert literal_import_paths("{{ params.f }}") == set()
     assert literal_import_paths("pkg.mod:{{ params.f }}") == set()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCKER = REPO / "docker"
 COMPOSE = DOCKER / "docker-compose.yaml"
 ENV_EXAMPLE = DOCKER / ".env.example"

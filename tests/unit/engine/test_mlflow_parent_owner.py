@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_tune.common.spec import ExperimentSpec
-from tests.unit.test_mlflow_tracking import BASE, TRACKING, FakeClient
+from tests.unit.engine.test_mlflow_tracking import BASE, TRACKING, FakeClient
 
 pytest.importorskip("mlflow")
 
