@@ -409,7 +409,7 @@ def _compose_jobs_checks(tmp_path: Path) -> dict[str, str]:
     """The ``CMD-SHELL`` healthchecks docker/ gives Airflow's dag processor and triggerer, as compose resolves them."""
     import shutil
 
-    from tests.unit.test_compose import ENV_EXAMPLE, compose_config
+    from tests.unit.local.test_compose import ENV_EXAMPLE, compose_config
 
     env = tmp_path / "env"
     shutil.copy(ENV_EXAMPLE, env)

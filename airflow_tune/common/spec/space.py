@@ -338,10 +338,10 @@ def grids(node: Any, path: str) -> list[tuple[str, Any]]:
 #:   (``Tuner.restore``, ``ExperimentAnalysis``, a trial's metadata), and trial configs are written into that state
 #:   verbatim: a config holding such a dict is a pickle.
 #:
-#: ``tests/unit/test_tune_decoders.py`` walks Ray Tune's source for every decoder call site and every key they test,
-#: so a new marker in a later Ray fails a test instead of passing silently. Everything else a spec holds is plain JSON
-#: that no Tune decoder turns into code (``grid_search`` expands to values; ``Domain`` objects and callables cannot be
-#: written in JSON).
+#: ``tests/unit/common/test_tune_decoders.py`` walks Ray Tune's source for every decoder call site and every key
+#: they test, so a new marker in a later Ray fails a test instead of passing silently. Everything else a spec holds is
+#: plain JSON that no Tune decoder turns into code (``grid_search`` expands to values; ``Domain`` objects and
+#: callables cannot be written in JSON).
 TUNE_DECODER_KEYS = frozenset({"eval", "_type"})
 #: The older name, kept for imports.
 TUNE_CODE_KEYS = TUNE_DECODER_KEYS
