@@ -7,7 +7,6 @@ on the cluster. Every error names the field, the value and the fix, and all of t
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
@@ -17,7 +16,7 @@ from airflow_tune.common.spec.callbacks import check_callbacks
 from airflow_tune.common.spec.compatibility import check_combinations
 from airflow_tune.common.spec.errors import Errors, SpecError, did_you_mean, is_int, is_number, show
 from airflow_tune.common.spec.identity import fingerprint_of, identity_of
-from airflow_tune.common.spec.naming import check_name, check_storage
+from airflow_tune.common.spec.naming import METRIC_NAME, check_name, check_storage
 from airflow_tune.common.spec.objectives import check_objectives, objectives_from_lists
 from airflow_tune.common.spec.parts import (
     PARTS,
@@ -43,8 +42,6 @@ from airflow_tune.common.spec.tune_objects import not_carried
 SPEC_VERSION = 1
 ERRORED_TRIAL_POLICIES = ("resume", "restart", "keep")
 BEST_SCOPES = ("last", "all", "last-5-avg", "last-10-avg", "avg")
-
-_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*\Z")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +217,7 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
         check_storage(storage, errors)
     metric, mode = kw.get("metric"), kw.get("mode")
     multiple = isinstance(metric, list) or isinstance(mode, list)  # refused by objectives_from_lists
-    if not multiple and metric not in (None, "") and (not isinstance(metric, str) or not _METRIC_NAME.match(metric)):
+    if not multiple and metric not in (None, "") and (not isinstance(metric, str) or not METRIC_NAME.match(metric)):
         errors.add("metric", metric, "not a metric name", 'use the key the trainable reports, e.g. "loss"')
     if not multiple and mode not in (None, "") and mode not in ("min", "max"):
         errors.add("mode", mode, "must be 'min' or 'max'", 'say "min" to minimize the metric, "max" to maximize it')

@@ -28,6 +28,10 @@ from typing import Any
 
 from airflow_tune.common.spec.errors import Errors, show
 
+#: A metric's name: it reaches task logs, the Experiment view, MLflow and lineage, so the spec keeps to the names
+#: Tune's own examples use (``loss``, ``mean_accuracy``, ``val/loss``, ``acc-top1``); Tune itself takes any string.
+METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*\Z")
+
 #: Schemes a storage path may use (a plain absolute path is a local one, like ``file://``).
 STORAGE_SCHEMES = ("s3", "gs", "gcs", "file")
 #: Schemes refused, each with the reason (see the module docstring).

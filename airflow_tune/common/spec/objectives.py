@@ -18,14 +18,13 @@ What Tune (2.43 to 2.60) runs with several objectives, and what is refused here:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_tune.common.spec.errors import Errors, show
+from airflow_tune.common.spec.naming import METRIC_NAME
 from airflow_tune.common.spec.stopping import stopper_name
 
-_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*\Z")
 _PLATEAU = ("trial_plateau", "experiment_plateau")
 _EXAMPLE = 'metric=["loss", "accuracy"], mode=["min", "max"]'
 
@@ -58,7 +57,7 @@ def objectives_from_lists(data: Mapping[str, Any], errors: Errors) -> Mapping[st
         errors.add("mode", mode, f"lists {len(mode)} modes for {len(metric)} metrics", f"give one each: {_EXAMPLE}")
     else:
         for i, (name, direction) in enumerate(zip(metric, mode, strict=True)):
-            if not isinstance(name, str) or not _METRIC_NAME.match(name):
+            if not isinstance(name, str) or not METRIC_NAME.match(name):
                 errors.add(f"metric[{i}]", name, "not a metric name", 'use a key the trainable reports, e.g. "loss"')
             elif name in metric[:i]:
                 errors.add(f"metric[{i}]", name, "names an objective twice", "list each metric once")
@@ -120,7 +119,7 @@ def _well_formed(objectives: Any, kw: Mapping[str, Any], errors: Errors) -> bool
     ok = True
     for i, entry in enumerate(objectives):
         good = isinstance(entry, Mapping) and set(entry) == {"metric", "mode"}
-        good = good and isinstance(entry["metric"], str) and bool(_METRIC_NAME.match(entry["metric"]))
+        good = good and isinstance(entry["metric"], str) and bool(METRIC_NAME.match(entry["metric"]))
         if not good or entry["mode"] not in ("min", "max"):
             errors.add(f"objectives[{i}]", entry, 'must be {"metric": <name>, "mode": "min" or "max"}', fix)
             ok = False
