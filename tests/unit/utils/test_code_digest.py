@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.utils.shipping import trainable_code
+from tests.support.dag_files import (
+    forget_dag_modules,  # noqa: F401  (autouse: the DAG-file modules leave after each test)
+    load_dag_file,
+)
 
 SOURCE = """
 CHOICES = {{"a", "b", "c", "d", "e"}}
@@ -28,25 +29,7 @@ def train(config):
 
 def _load(tmp_path: Path, folder: str, offset: int = 10, extra: str = ""):
     """A DAG file loaded as Airflow loads one, under a generated module name."""
-    path = tmp_path / folder / "my_dag.py"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(SOURCE.format(offset=offset) + extra)
-    name = f"unusual_prefix_{folder}_my_dag"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(autouse=True)
-def _forget_modules():
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith("unusual_prefix_"):
-            del sys.modules[name]
+    return load_dag_file(tmp_path, folder, SOURCE.format(offset=offset) + extra)
 
 
 def test_the_same_code_gives_the_same_digest_and_other_code_another(tmp_path):

@@ -4,7 +4,6 @@ and how the engine builds them back. The DAG file is loaded as Airflow loads one
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,10 @@ from airflow_tune.engine.stopping import build_stop
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.utils import shipped_objects
 from airflow_tune.utils.shipping import SHIPPED_PACKAGE, shipped_package
+from tests.support.dag_files import (
+    forget_dag_modules,  # noqa: F401  (autouse: the DAG-file modules leave after each test)
+    load_dag_file,
+)
 from tests.support.tune_testkit.stoppers import StopKindAt as ImportableStopper
 
 pytestmark = pytest.mark.unit
@@ -53,25 +56,7 @@ BASE = {"trainable": "pkg.mod:train", "name": "e", "storage_path": "s3://bucket/
 
 
 def _load(tmp_path: Path, folder: str = "a", after: int = 3):
-    path = tmp_path / folder / "my_dag.py"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(DAG_FILE.format(after=after))
-    name = f"unusual_prefix_{folder}_my_dag"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(autouse=True)
-def _forget_modules():
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if name.startswith("unusual_prefix_"):
-            del sys.modules[name]
+    return load_dag_file(tmp_path, folder, DAG_FILE.format(after=after))
 
 
 def test_code_objects_become_their_json_form_naming_shipped_or_own_import_paths(tmp_path):
