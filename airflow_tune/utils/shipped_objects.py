@@ -142,14 +142,20 @@ def object_digest(obj: Any) -> str:
 
 
 def _data_digest(value: Any) -> str:
-    """A digest of data, the same in every process: its JSON when it has one (sorted keys), else its pickle
-    (Python's own), else its repr with addresses cut."""
+    """A digest of data, the same in every process: its JSON when it has one (sorted keys; a set as its sorted
+    members, whose order would otherwise follow the process's hash seed), else its pickle (Python's own), else its
+    repr with addresses cut."""
     import json
     import pickle
     import re
 
+    def members(obj: Any) -> Any:
+        if isinstance(obj, (set, frozenset)):
+            return {"<set>": sorted(obj, key=lambda member: (type(member).__name__, repr(member)))}
+        raise TypeError(type(obj).__name__)
+
     try:
-        text = json.dumps(value, sort_keys=True).encode()
+        text = json.dumps(value, sort_keys=True, default=members).encode()
     except (TypeError, ValueError):
         try:
             text = pickle.dumps(value, protocol=4)

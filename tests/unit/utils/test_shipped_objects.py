@@ -4,6 +4,7 @@ and how the engine builds them back. The DAG file is loaded as Airflow loads one
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -293,3 +294,22 @@ def test_the_operator_keeps_code_out_of_its_templated_arguments_and_counts_it_as
         spec.stop[0]["factory"],
         spec.param_space["x"]["sample_from"],
     }
+
+
+def test_with_parameters_data_holding_a_set_digests_alike_under_every_hash_seed():
+    """A set's order follows the process's hash seed; its digest must not (else a retry's spec would differ)."""
+    code = (
+        "from airflow_tune.utils.shipped_objects import _data_digest\n"
+        "print(_data_digest({'vocab': {'alpha', 'beta', 'gamma', 'delta'}, 'n': 3}))\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3", "4")
+    }
+    assert len(digests) == 1, digests
