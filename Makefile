@@ -11,7 +11,7 @@ CLUSTER_VENV ?= .cluster-venv
 CLUSTER_STAMP := $(CLUSTER_VENV)/.installed
 CLUSTER_ENV := AIRFLOW_TUNE_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python
 
-.PHONY: help venv cluster-venv mlflow-venv compat-envs browser demo test check docs lint unit packaging integration \
+.PHONY: help venv cluster-venv mlflow-venv searchers-venv compat-envs browser demo test check docs lint unit packaging integration \
   e2e compat bench up down clean
 
 # The targets with a `## ` note on their line, in the order written.
@@ -42,6 +42,25 @@ $(MLFLOW_STAMP): docker/requirements-mlflow.txt | $(STAMP)
 	rm -rf $(MLFLOW_VENV)
 	$(UV) venv -q --no-python-downloads --python $(PYTHON) $(MLFLOW_VENV)
 	$(UV) pip install -q --python $(MLFLOW_VENV)/bin/python -r docker/requirements-mlflow.txt
+	touch $@
+
+# A Ray cluster virtualenv with the searchers that need PyTorch (Ax and HEBO), for their test on a Ray head of its own
+# (tests/integration/test_torch_searchers.py): requirements-ray.txt and requirements-ray-searchers.txt. torch first,
+# by pip: pip takes the CPU build this machine keeps on disk, where uv would download a CUDA build of several GB; the
+# rest by uv, without constraints.txt (HEBO pins numpy<1.25; the file says why).
+SEARCHERS_VENV ?= .searchers-venv
+SEARCHERS_STAMP := $(SEARCHERS_VENV)/.installed
+SEARCHERS_ENV := AIRFLOW_TUNE_SEARCHERS_PYTHON=$(abspath $(SEARCHERS_VENV))/bin/python
+TORCH ?= torch==2.13.0
+
+searchers-venv: $(SEARCHERS_STAMP) ## .searchers-venv: a Ray cluster's virtualenv with Ax and HEBO (PyTorch's CPU build)
+
+$(SEARCHERS_STAMP): docker/requirements-ray.txt docker/requirements-ray-searchers.txt | $(STAMP)
+	rm -rf $(SEARCHERS_VENV)
+	$(PYTHON) -m venv $(SEARCHERS_VENV)
+	$(SEARCHERS_VENV)/bin/pip install -q --disable-pip-version-check $(TORCH)
+	$(UV) pip install -q --python $(SEARCHERS_VENV)/bin/python -r docker/requirements-ray.txt \
+	  -r docker/requirements-ray-searchers.txt
 	touch $@
 
 # The compatibility tier's own environments (tests/compat), installed from the registries with uv (a Ray cluster
@@ -166,8 +185,8 @@ lint: venv ## ruff (check and format), mypy and the import contract (lint-import
 # the few-test, minutes-long files last, where one of them held the run while the other workers had nothing left.
 # Every test's duration lands in .artifacts/test-durations.xml (JUnit), to see which files hold the critical worker.
 TEST_WORKERS ?= 3
-test: lint browser cluster-venv mlflow-venv compat-envs ## lint and every test (about 25 min on 2 cores)
-	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile \
+test: lint browser cluster-venv mlflow-venv searchers-venv compat-envs ## lint and every test (about 25 min on 2 cores)
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(SEARCHERS_ENV) $(COMPAT_ENV) $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder --junitxml=.artifacts/test-durations.xml
 
 # Before a commit: what `make test` checks first, in a minute or two (no services, no environments but .venv).
@@ -181,8 +200,8 @@ unit: venv ## the unit tests (no services)
 packaging: venv ## the sdist and wheel as PyPI users get them
 	$(VENV)/bin/pytest -q -m packaging
 
-integration: venv cluster-venv mlflow-venv ## the integration tests (a real Ray head and S3 endpoint)
-	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(VENV)/bin/pytest -q -m integration
+integration: venv cluster-venv mlflow-venv searchers-venv ## the integration tests (a real Ray head and S3 endpoint)
+	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(MLFLOW_ENV) $(SEARCHERS_ENV) $(VENV)/bin/pytest -q -m integration
 
 e2e: venv browser cluster-venv ## the end-to-end tests (Airflow against the local stack)
 	RAY_AUTH_MODE=disabled $(CLUSTER_ENV) $(VENV)/bin/pytest -q -m e2e
@@ -200,4 +219,4 @@ down: venv ## stop the local stack
 	$(PY) -m airflow_tune.local down
 
 clean: down ## stop the local stack and remove every environment and cache
-	rm -rf $(VENV) $(CLUSTER_VENV) $(MLFLOW_VENV) $(COMPAT) .stack .pytest_cache .mypy_cache .ruff_cache .artifacts
+	rm -rf $(VENV) $(CLUSTER_VENV) $(MLFLOW_VENV) $(SEARCHERS_VENV) $(COMPAT) .stack .pytest_cache .mypy_cache .ruff_cache .artifacts

@@ -106,17 +106,15 @@ def cluster(request: pytest.FixtureRequest) -> Iterator:
 
 @contextlib.contextmanager
 def separate_stack(prefix: str, **settings) -> Iterator:
-    """A stack whose Ray nodes run from the cluster virtualenv (airflow_tune importable there only as a job ships
-    it, as on a real cluster), with ``settings`` for :class:`~airflow_tune.local.LocalStack`; yields the stack, its
-    environment set, and stops it, checking that nothing of it is left, even when the tests fail."""
+    """A stack whose Ray nodes run from the cluster virtualenv or the given ``cluster_python`` (airflow_tune importable
+    there only as a job ships it, as on a real cluster), with ``settings`` for :class:`~airflow_tune.local.LocalStack`;
+    yields the stack, its environment set, and stops it, checking that nothing of it is left, even when tests fail."""
     from airflow_tune.local import LocalStack
     from tests.support.cluster_venv import cluster_python
 
+    settings.setdefault("cluster_python", cluster_python())
     local = LocalStack(
-        Path(tempfile.mkdtemp(prefix=prefix, dir=TEST_ROOT)),
-        cluster_python=cluster_python(),
-        airflow_home=os.environ["AIRFLOW_HOME"],
-        **settings,
+        Path(tempfile.mkdtemp(prefix=prefix, dir=TEST_ROOT)), airflow_home=os.environ["AIRFLOW_HOME"], **settings
     )
     state = local.start()
     try:

@@ -5,8 +5,9 @@ HyperOpt (and the random/grid one) names a nested parameter ``"net/width"`` (``f
 a point only in that form (Ray 2.43 to 2.60, tried on 2.60): Nevergrad refuses a nested one ("Got input keys {'x',
 'net'} for Dict but expected ..."), ZOOpt fails on it (KeyError), TuneBOHB fails when it registers the trial's result
 ("Unknown hyperparameter(s) {'net'}"); Ax, HEBO, Optuna and BayesOpt look points up by the flat names. Which searcher a
-factory builds shows only once it is built: when the space nests and points are given, the factory is called once
-without points to see it, then with the points in its shape.
+factory builds shows only once it is built: when points are given, the factory is called once without points to see
+it, then with the points in its shape. AxSearch also makes each constant of the space a fixed parameter and refuses a
+point without it (as in plain Tune): its points get the space's constants.
 
 **The factory's own metric and mode.** Tune takes the objective from ``TuneConfig`` or from the objects, not both: a
 scheduler carrying its own metric makes ``fit()`` raise when ``TuneConfig`` gives one too. The spec's metric and mode
@@ -39,22 +40,47 @@ def inner_searcher(searcher: Any) -> Any:
 def point_shape(searcher: Any) -> str:
     """``"flat"`` for a searcher of :data:`FLAT_POINTS`, else ``"nested"`` (HyperOpt, the random/grid one, a
     user's own searcher: the spec's shape)."""
-    for cls in type(inner_searcher(searcher)).__mro__:
-        if cls.__name__ in FLAT_POINTS and cls.__module__.startswith("ray.tune.search."):
-            return "flat"
-    return "nested"
+    return "flat" if any(_is_tune_searcher(searcher, name) for name in FLAT_POINTS) else "nested"
 
 
 def build_searcher(
-    factory: Callable[..., Any], args: Mapping[str, Any], points: list[dict[str, Any]] | None, space: Mapping[str, Any]
+    factory: Callable[..., Any],
+    args: Mapping[str, Any],
+    points: list[dict[str, Any]] | None,
+    space: Mapping[str, Any],
+    tune_space: Mapping[str, Any] | None = None,
 ) -> Any:
-    """``factory(**args)``, given ``points_to_evaluate`` (complete, nested as ``space``) in its searcher's shape."""
+    """``factory(**args)``, given ``points_to_evaluate`` (complete, nested as ``space``) in its searcher's shape.
+
+    :param tune_space: the space as Tune's objects (``build_param_space``): an Ax point also needs its constants.
+    """
     if not points:
         return factory(**args)
     flat = [flatten(point, space) for point in points]
-    if flat != points and point_shape(factory(**args)) == "flat":
-        points = flat
+    fixed = fixed_parameters(tune_space) if tune_space is not None else {}
+    if flat != points or fixed:
+        probe = factory(**args)
+        if point_shape(probe) == "flat":
+            points = flat
+        if fixed and _is_tune_searcher(probe, "AxSearch"):
+            points = [{**fixed, **point} for point in points]
     return factory(points_to_evaluate=points, **args)
+
+
+def fixed_parameters(tune_space: Mapping[str, Any]) -> dict[str, Any]:
+    """The space's constants named as AxSearch names them: it makes each a fixed parameter of Ax's search space
+    (``"net/depth"``, ``"layers/0"``), and Ax's ``attach_trial`` refuses a point without all of them."""
+    from ray.tune.search.variant_generator import parse_spec_vars
+
+    resolved, _, _ = parse_spec_vars(dict(tune_space))
+    return {"/".join(str(p) for p in path): value for path, value in resolved}
+
+
+def _is_tune_searcher(searcher: Any, name: str) -> bool:
+    return any(
+        cls.__name__ == name and cls.__module__.startswith("ray.tune.search.")
+        for cls in type(inner_searcher(searcher)).__mro__
+    )
 
 
 def own_objective(obj: Any) -> tuple[Any, Any]:

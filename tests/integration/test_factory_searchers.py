@@ -2,9 +2,8 @@
 examples write them: Nevergrad, ZOOpt, and TuneBOHB with HyperBandForBOHB on a nested space, each seeded with a point
 that lacks a nested key (the engine samples it, and hands the point over in the searcher's "a/b" form: each of them
 failed on the spec's nested form), some carrying their own metric and mode (Tune raises at fit() when TuneConfig gives
-them too); a ResourceChangingScheduler giving a trial the cluster's free CPU. Ax and HEBO need PyTorch, which is not
-installed here: tests/unit/engine/test_engine_factories.py covers the shape of their points. Few trials, tiny
-trainables."""
+them too); a ResourceChangingScheduler giving a trial the cluster's free CPU. Ax and HEBO, which need PyTorch, run on a
+Ray head of their own virtualenv: test_torch_searchers.py. Few trials, tiny trainables."""
 
 from __future__ import annotations
 

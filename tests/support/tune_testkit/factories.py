@@ -1,7 +1,7 @@
 """Searcher and scheduler factories for a spec's ``search.factory`` / ``scheduler.factory``, written as a Tune user
-writes them: the searchers the spec names none of (Nevergrad, ZOOpt, BOHB with HyperBandForBOHB), some carrying their
-own metric and mode as Tune's examples do, and a ResourceChangingScheduler; plus a trainable that records the
-resources each run of a trial had."""
+writes them: the searchers the spec names none of (Nevergrad, ZOOpt, BOHB with HyperBandForBOHB, Ax, HEBO), some
+carrying their own metric and mode as Tune's examples do, and a ResourceChangingScheduler; plus a trainable that
+records the resources each run of a trial had."""
 
 from __future__ import annotations
 
@@ -71,3 +71,17 @@ def resumable(config: dict) -> None:
                 json.dump({"step": step}, fh)
             loss = (config["x"] - 3) ** 2 + config["net"]["width"] / (step + 1)
             tune.report({"loss": loss, "cpus": cpus}, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def ax(**kwargs: Any) -> Any:
+    """AxSearch with no metric of its own (the Tuner gives it the spec's), as Tune's Ax example writes it."""
+    from ray.tune.search.ax import AxSearch
+
+    return AxSearch(**kwargs)
+
+
+def hebo(**kwargs: Any) -> Any:
+    """HEBOSearch with its own metric and mode and a seed, as Tune's HEBO example writes it."""
+    from ray.tune.search.hebo import HEBOSearch
+
+    return HEBOSearch(metric="loss", mode="min", random_state_seed=7, **kwargs)

@@ -143,3 +143,20 @@ def test_a_searcher_without_an_objective_beside_a_scheduler_with_one_is_refused(
         build.build_tune_config(spec)
     _with_factories(monkeypatch, _asha(metric="loss", mode="min"), OptunaSearch(metric="loss", mode="min"))
     assert build.build_tune_config(spec).metric is None
+
+
+def test_an_ax_factory_gets_the_spaces_constants_in_its_points():
+    """AxSearch makes every constant of the space a fixed parameter (list items too) and its ``attach_trial``
+    refuses a point without them, as in plain Tune: the engine adds them, as Ax names them."""
+    space = {**SPACE, "steps": 2, "net": {**SPACE["net"], "depth": 3}, "layers": [8, 4]}
+    tune_space = build.build_param_space(_spec(param_space=space))
+    factory = Recorder(AxSearch)
+    factories.build_searcher(factory, {}, [POINT], space, tune_space)
+    assert factory.calls == [None, [{**FLAT, "steps": 2, "net/depth": 3, "layers/0": 8, "layers/1": 4}]]
+
+
+def test_only_an_ax_factory_gets_the_constants():
+    space = {**SPACE, "steps": 2}
+    factory = Recorder(OptunaSearch)
+    factories.build_searcher(factory, {}, [POINT], space, build.build_param_space(_spec(param_space=space)))
+    assert factory.calls == [None, [FLAT]]
