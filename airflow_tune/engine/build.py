@@ -246,6 +246,7 @@ def build_search(spec: ExperimentSpec, *, own_objective: bool = False) -> Any:
         factory = import_path(search.factory, "search.factory")
         with _missing_package_is_fatal(f"search.factory {search.factory!r}"):
             searcher = factories.build_searcher(factory, args, points, spec.param_space, build_param_space(spec))
+        factories.check_ax_platform(searcher)
         factories.check_own_objective(searcher, f"search.factory {search.factory!r}", spec.metric, spec.mode)
         check_searcher_objectives(searcher, spec, f"search.factory {search.factory!r}")
     else:

@@ -119,3 +119,21 @@ def check_searcher_objective(searcher: Any, what: str) -> None:
             f"and the {type(inner).__name__} {what} built has none (Tune raises at its first suggestion): build it "
             "with metric and mode too, or build the scheduler without them"
         )
+
+
+def check_ax_platform(searcher: Any) -> None:
+    """Refuse an AxSearch whose ax-platform its Ray cannot drive, before the experiment starts: Ray's AxSearch (2.43 to
+    2.60) reads ``Objective.metric``, which ax-platform 1.3 removed, and fails at its first trial with an
+    AttributeError that names neither package."""
+    if not _is_tune_searcher(searcher, "AxSearch"):
+        return
+    from importlib.metadata import version
+
+    from ax.core.objective import Objective
+
+    if not hasattr(Objective, "metric"):
+        raise EngineError(
+            f"AxSearch cannot run with ax-platform {version('ax-platform')} on the cluster: Ray's AxSearch reads "
+            "Objective.metric, which ax-platform 1.3 removed; install ax-platform<1.3 on the cluster "
+            "(docker/requirements-ray-searchers.txt)"
+        )

@@ -160,3 +160,30 @@ def test_only_an_ax_factory_gets_the_constants():
     factory = Recorder(OptunaSearch)
     factories.build_searcher(factory, {}, [POINT], space, build.build_param_space(_spec(param_space=space)))
     assert factory.calls == [None, [FLAT]]
+
+
+def _fake_ax(monkeypatch, objective: type, release: str) -> None:
+    import importlib.metadata
+    import sys
+    import types
+
+    module = types.ModuleType("ax.core.objective")
+    module.Objective = objective  # type: ignore[attr-defined]
+    for name in ("ax", "ax.core"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "ax.core.objective", module)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: release if name == "ax-platform" else "0")
+
+
+def test_an_ax_platform_rays_axsearch_cannot_drive_is_refused_naming_both(monkeypatch):
+    """ax-platform 1.3 removed Objective.metric, which Ray's AxSearch reads at its first trial."""
+    _fake_ax(monkeypatch, type("Objective", (), {}), "1.3.1")
+    with pytest.raises(factories.EngineError, match=r"ax-platform 1\.3\.1 .*Objective\.metric.*ax-platform<1\.3"):
+        factories.check_ax_platform(object.__new__(AxSearch))
+
+
+def test_an_ax_platform_with_objective_metric_and_other_searchers_pass(monkeypatch):
+    _fake_ax(monkeypatch, type("Objective", (), {"metric": property(lambda self: None)}), "1.2.4")
+    factories.check_ax_platform(object.__new__(AxSearch))
+    _fake_ax(monkeypatch, type("Objective", (), {}), "1.3.1")
+    factories.check_ax_platform(object.__new__(HEBOSearch))
