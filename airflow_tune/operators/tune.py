@@ -11,7 +11,7 @@ from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
 from airflow_tune.common.contract import RESULT_KEYS, xcom_result
-from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec import ExperimentSpec, tune_values
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks import ray_extra
 from airflow_tune.hooks.ray import RayHook
@@ -53,7 +53,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     :param num_samples: samples of the space (times each grid point); -1 until time_budget_s or a stopper ends it.
     :param max_concurrent_trials: at most this many trials at once.
     :param reuse_actors: reuse Class API actors between trials (``reset_config``).
-    :param time_budget_s: stop starting and running trials after this many seconds.
+    :param time_budget_s: stop starting and running trials after this many seconds (or a ``timedelta``; 0: none).
     :param stop: stop criteria: Tune's ``{"training_iteration": 10}`` (a trial stops once a metric is >= its value),
         or a list any of which stops: ``[{"metric": "loss", "below": 0.1}, {"name": "trial_plateau", "args":
         {"std": 0.01}}]`` (thresholds ``above``/``below``, and Tune's ``trial_plateau``, ``experiment_plateau``,
@@ -73,9 +73,10 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         only whole); with Optuna, HyperOpt and BayesOpt a point may not set the space's constants.
     :param resources_per_trial: ``{"cpu": 1, "gpu": 0, "memory": bytes, "<custom>": n}``, or a list of
         placement group bundles ``[{"CPU": 1}, {"CPU": 1}]`` (the trial runs in the first, its child actors in the
-        others); by default a Trainable's ``default_resource_request``, else 1 CPU. A trainable that runs a Ray Train
-        trainer declares its workers beside: ``{"cpu": 0.5, "train_workers": {"num_workers": 2, "per_worker":
-        {"cpu": 1}}}`` (Train places them outside the trial's placement group; the feasibility check counts them).
+        others), or a ``tune.PlacementGroupFactory``; by default a Trainable's ``default_resource_request`` (or what
+        ``tune.with_resources`` set), else 1 CPU. A trainable that runs a Ray Train trainer declares its workers
+        beside: ``{"cpu": 0.5, "train_workers": {"num_workers": 2, "per_worker": {"cpu": 1}}}`` (Train places them
+        outside the trial's placement group; the feasibility check counts them).
     :param checkpoint: ``{"num_to_keep": 2, "frequency": 1, "at_end": true}``.
     :param failure: ``{"max_failures": 1, "fail_fast": false, "tolerate_errored_trials": true}``.
     :param trainable_kwargs: JSON keyword arguments for the trainable (``tune.with_parameters``).
@@ -202,6 +203,13 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # Tune's data objects as JSON before rendering (a PlacementGroupFactory is callable: the renderer would call
+        # it); its scheduler and searcher objects refused, naming the forms to write.
+        resources_per_trial = tune_values.resources_from_tune(resources_per_trial)
+        resources_per_trial = tune_values.resources_of_trainable(trainable, resources_per_trial)
+        time_budget_s = tune_values.seconds_from_tune(time_budget_s)
+        tune_values.refuse_tune_part("scheduler", scheduler)
+        tune_values.refuse_tune_part("search", search)
         # Tune's objects as the spec's JSON form, before anything reads them: sample objects at any depth, and code
         # (sample_from functions, stoppers, stop functions, PBT's mutations) as import paths, the objects kept here.
         param_space, scheduler, stop, self.code_objects = shipped_objects.code_in_arguments(

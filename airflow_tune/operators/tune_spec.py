@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_tune.common.contract import JOB_ID_ENV
-from airflow_tune.common.spec import ExperimentSpec, experiment_name_for, node_pins
+from airflow_tune.common.spec import ExperimentSpec, experiment_name_for, node_pins, tune_values
 from airflow_tune.common.spec.callbacks import callback_destinations
 from airflow_tune.trust import code, disjoint, roots
 from airflow_tune.trust.rendered import coerce_rendered
@@ -124,12 +124,19 @@ class TuneSpecBuilder:
         if tracking is not None:
             data["mlflow"] = tracking
         spec = ExperimentSpec.from_dict(data)
+        self.check_trainable_object(spec)
         self.storage_root = roots.check_task_storage(self, spec.storage_path)
         self.check_destinations(spec)
         allow_listed = self.check_code_references(spec)
         if allow_listed:
             spec = dataclasses.replace(spec, allow_listed=allow_listed)
         return spec
+
+    def check_trainable_object(self, spec: ExperimentSpec) -> None:
+        """What a trainable object of the DAG file cannot run with (see :mod:`airflow_tune.common.spec.tune_values`)."""
+        if self.trainable_object is not None:
+            tune_values.resources_left_behind(self.trainable_object, self.trainable_code.by_value)
+            tune_values.refuse_function_checkpoints(self.trainable_object, spec.checkpoint)
 
     def check_before_writing(self, spec: ExperimentSpec) -> None:
         """The checks that ask storage and servers, before anything of a job is written or submitted: the

@@ -236,6 +236,8 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
             json.dumps(tk)
         except (TypeError, ValueError):
             errors.add("trainable_kwargs", tk, "is not JSON", "pass only JSON values (numbers, strings, lists, dicts)")
+    if is_number(kw.get("time_budget_s")) and kw["time_budget_s"] == 0:
+        kw["time_budget_s"] = None  # Tune sets no budget for a falsy time_budget_s (Experiment: "if time_budget_s")
     if is_int(kw.get("num_samples")) and kw["num_samples"] == -1:
         # Tune's -1 samples until something ends the experiment; a per-trial stop does not.
         if not is_number(kw.get("time_budget_s")) and not experiment_stoppers(kw.get("stop")):
@@ -267,7 +269,7 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
         errors.add("reuse_actors", kw["reuse_actors"], "must be true or false", "write true or false")
     tb = kw.get("time_budget_s")
     if tb is not None and (not is_number(tb) or tb <= 0):
-        errors.add("time_budget_s", tb, "must be a positive number of seconds", "give e.g. 3600, or null")
+        errors.add("time_budget_s", tb, "must be a positive number of seconds", "give e.g. 3600, or 0 or null for none")
     wait = kw.get("infeasible_wait_s", 0.0)
     if not is_number(wait) or wait < 0:
         errors.add(

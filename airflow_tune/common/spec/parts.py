@@ -329,6 +329,9 @@ def normalize_part(key: str, value: Any) -> Any:
     """The short forms a part accepts, as its full form: ``"asha"``, ``"pkg.mod:make"``, a resources dict or list."""
     if key == "resources" and isinstance(value, list):
         return {"bundles": value}
+    if key == "resources" and isinstance(value, Mapping) and isinstance(value.get("custom_resources"), Mapping):
+        # Tune's dict form: {"cpu": 1, "custom_resources": {"accel": 1}} is the bundle {"cpu": 1, "accel": 1}.
+        value = {**{k: v for k, v in value.items() if k != "custom_resources"}, **value["custom_resources"]}
     if key == "resources" and isinstance(value, Mapping) and "bundles" not in value and "per_trial" not in value:
         amounts = {k: v for k, v in value.items() if k not in ("strategy", "train_workers")}
         kept = {k: value[k] for k in ("strategy", "train_workers") if k in value}

@@ -1,0 +1,121 @@
+"""Tune's own objects for the operator's data arguments, as the spec's JSON form, or refused naming the form to write.
+
+A Tune user writes ``tune.PlacementGroupFactory([...])`` for per-trial bundles and may write ``time_budget_s`` as a
+``datetime.timedelta``; both are data, so they become the JSON the spec holds (one spec and fingerprint for both
+forms). A scheduler or searcher object is built code whose arguments the spec cannot read back: it is refused with
+the spec's forms. Imports neither airflow nor ray: an object is recognised by its type's module and attributes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+from typing import Any
+
+__all__ = [
+    "refuse_tune_part",
+    "resources_from_tune",
+    "resources_left_behind",
+    "resources_of_trainable",
+    "seconds_from_tune",
+]
+
+
+def _tune_type(value: Any) -> str | None:
+    """``ClassName`` when ``value`` is an object of one of Ray Tune's (or Ray AIR's) classes, else None."""
+    module = type(value).__module__ or ""
+    return type(value).__name__ if module.startswith(("ray.tune.", "ray.air.")) else None
+
+
+def seconds_from_tune(value: Any) -> Any:
+    """A ``datetime.timedelta`` (which Tune's ``time_budget_s`` takes) as its seconds; any other value as it is."""
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return value
+
+
+def resources_from_tune(value: Any) -> Any:
+    """A ``tune.PlacementGroupFactory`` as the spec's ``{"bundles": [...], "strategy": ...}`` (an empty head bundle
+    kept first, as Tune takes it); any other value as it is.
+
+    Tune's factory is callable, and Airflow's renderer calls a callable found in a templated argument: read it here,
+    before rendering. Other ``placement_group`` arguments (``lifetime``, ...) are refused: the spec has no field for
+    them.
+    """
+    if _tune_type(value) not in ("PlacementGroupFactory", "ResourceRequest"):
+        return value
+    bound = getattr(getattr(value, "_bound", None), "arguments", {}) or {}
+    extra = sorted(k for k in bound if k not in ("bundles", "strategy"))
+    if extra:
+        raise TypeError(
+            f"resources_per_trial = {value!r}: the PlacementGroupFactory's {', '.join(extra)} cannot be carried (the "
+            "spec takes bundles and strategy only); drop them, or give the bundles as a list of dicts"
+        )
+    bundles = [{k: v for k, v in dict(b).items() if v} for b in value.bundles]
+    if getattr(value, "head_bundle_is_empty", False):
+        bundles = [{}, *bundles]
+    return {"bundles": bundles, "strategy": value.strategy}
+
+
+def resources_of_trainable(trainable: Any, resources_per_trial: Any) -> Any:
+    """``resources_per_trial``, or the resources ``tune.with_resources(fn, ...)`` set on a function trainable.
+
+    Tune's ``with_resources`` sets them as an attribute of the function itself, which an import path does not carry
+    (the cluster imports the function afresh): they become the spec's resources, as Tune would run them. Resources
+    given as a function of the config stay on the trainable (see :func:`resources_left_behind`).
+    """
+    carried = getattr(trainable, "_resources", None) if not isinstance(trainable, (str, type)) else None
+    converted = resources_from_tune(carried)
+    if carried is None or converted is carried:
+        return resources_per_trial
+    if resources_per_trial is not None:
+        raise ValueError(
+            f"trainable {getattr(trainable, '__name__', trainable)!r} carries resources from tune.with_resources and "
+            f"resources_per_trial = {resources_per_trial!r} gives others; give them in one place"
+        )
+    return converted
+
+
+def resources_left_behind(trainable: Any, by_value: bool) -> None:
+    """Refuse resources given to ``tune.with_resources`` as a function of the config on a trainable that travels by
+    import path: the cluster imports the function without them."""
+    carried = getattr(trainable, "_resources", None) if not isinstance(trainable, (str, type)) else None
+    if by_value or not callable(carried) or resources_from_tune(carried) is not carried:
+        return  # nothing, a PlacementGroupFactory (in the spec's resources), or travelling with the trainable
+    raise TypeError(
+        f"trainable {getattr(trainable, '__name__', trainable)!r}: tune.with_resources with a function of the config "
+        "is lost on a trainable the cluster imports by name; give the resources as a dict or a PlacementGroupFactory "
+        "(or resources_per_trial), or define the trainable in the DAG file"
+    )
+
+
+def refuse_tune_part(name: str, value: Any) -> None:
+    """Refuse a Tune scheduler or searcher object given as ``scheduler``/``search``, naming the forms to write."""
+    kind = _tune_type(value)
+    if kind is None:
+        return
+    example = _EXAMPLES.get(name, "{'name': ..., 'args': {...}}")
+    raise TypeError(
+        f"{name} = {kind}(...): a Tune {name} object is not taken (the spec cannot read its arguments back); write "
+        f"it by name with JSON arguments, {name}={example}, or build the object in a factory, a function in a module "
+        f"on the cluster: {name}={{'factory': 'pkg.mod:make', 'args': {{...}}}}"
+    )
+
+
+_EXAMPLES = {
+    "scheduler": "{'name': 'asha', 'args': {'max_t': 10, 'grace_period': 1}}",
+    "search": "{'name': 'optuna', 'args': {'seed': 1}}",
+}
+
+
+def refuse_function_checkpoints(trainable: Any, checkpoint: Any) -> None:
+    """Refuse ``checkpoint.frequency``/``at_end`` for a function trainable, as Tune's ``Experiment`` does when the
+    experiment starts (for an import path the engine refuses them there, on the cluster)."""
+    if not inspect.isfunction(trainable) or not (checkpoint.frequency or checkpoint.at_end):
+        return
+    raise ValueError(
+        f"checkpoint = {{'frequency': {checkpoint.frequency}, 'at_end': {checkpoint.at_end}}}: frequency and at_end "
+        f"apply to Class API trainables only, and the trainable {trainable.__name__!r} is a function (Tune refuses "
+        "them when the experiment starts); report checkpoints with tune.report(metrics, checkpoint=...) and drop "
+        "these fields"
+    )
