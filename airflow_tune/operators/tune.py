@@ -204,12 +204,13 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     ) -> None:
         super().__init__(**kwargs)
         # Tune's data objects as JSON before rendering (a PlacementGroupFactory is callable: the renderer would call
-        # it); its scheduler and searcher objects refused, naming the forms to write.
+        # it); its scheduler, searcher and callback objects refused, naming the forms to write.
         resources_per_trial = tune_values.resources_from_tune(resources_per_trial)
         resources_per_trial = tune_values.resources_of_trainable(trainable, resources_per_trial)
         time_budget_s = tune_values.seconds_from_tune(time_budget_s)
         tune_values.refuse_tune_part("scheduler", scheduler)
         tune_values.refuse_tune_part("search", search)
+        tune_values.refuse_tune_callbacks(callbacks)
         # Tune's objects as the spec's JSON form, before anything reads them: sample objects at any depth, and code
         # (sample_from functions, stoppers, stop functions, PBT's mutations) as import paths, the objects kept here.
         param_space, scheduler, stop, self.code_objects = shipped_objects.code_in_arguments(

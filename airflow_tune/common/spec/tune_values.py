@@ -119,3 +119,33 @@ def refuse_function_checkpoints(trainable: Any, checkpoint: Any) -> None:
         "them when the experiment starts); report checkpoints with tune.report(metrics, checkpoint=...) and drop "
         "these fields"
     )
+
+
+#: Tune's logger callbacks by class name, with the spec's name for each (:data:`.callbacks.LOGGERS`).
+_LOGGER_NAMES = {
+    "CSVLoggerCallback": "csv",
+    "JsonLoggerCallback": "json",
+    "TBXLoggerCallback": "tbx",
+    "MLflowLoggerCallback": "mlflow",
+    "WandbLoggerCallback": "wandb",
+}
+
+
+def refuse_tune_callbacks(callbacks: Any) -> None:
+    """Refuse a ``tune.Callback`` object or class in ``callbacks`` (Tune's ``RunConfig(callbacks=[...])`` form),
+    naming the spec's form for it: Tune's loggers by name with JSON arguments, others by import path."""
+    for i, entry in enumerate(callbacks if isinstance(callbacks, (list, tuple)) else []):
+        cls = entry if isinstance(entry, type) else type(entry)
+        if isinstance(entry, (str, dict)) or not any(c.__name__ == "Callback" for c in cls.__mro__):
+            continue
+        name = _LOGGER_NAMES.get(cls.__name__)
+        fix = (
+            f"write Tune's logger by name, {name!r} or {{'name': {name!r}, 'args': {{...}}}}"
+            if name
+            else f"write its class by import path, {{'factory': '{cls.__module__}:{cls.__qualname__}', 'args': "
+            "{...}} (a module the cluster imports; the class is called with args)"
+        )
+        raise TypeError(
+            f"callbacks[{i}] = {cls.__name__}{'' if isinstance(entry, type) else '(...)'}: a callback object or class "
+            f"is not taken (the spec holds callbacks as data it can check and store); {fix}"
+        )

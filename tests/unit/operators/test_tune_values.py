@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from ray import tune
+from ray.tune.logger import CSVLoggerCallback
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -114,3 +115,24 @@ def test_resources_set_by_tune_with_resources_on_an_importable_function_reach_th
     by_config = tune.with_resources(_train_by_config, lambda config: {"cpu": 1})
     with pytest.raises(TypeError, match=r"function of the config is lost on a trainable the cluster imports by name"):
         _spec_with(trainable=by_config)
+
+
+class _Counting(tune.Callback):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("callback", "fix"),
+    [
+        (CSVLoggerCallback(), "write Tune's logger by name, 'csv'"),
+        (_Counting(), "{'factory': 'tests.unit.operators.test_tune_values:_Counting', 'args': {...}}"),
+    ],
+    ids=["tune-logger", "custom"],
+)
+def test_a_callback_object_is_refused_naming_the_specs_form(callback, fix):
+    # Before: "must be a name, an import path or an object" (a JSON object), for an object.
+    with pytest.raises(
+        TypeError, match=r"callbacks\[1\] = \w+\(\.\.\.\): a callback object or class is not taken"
+    ) as info:
+        _spec_with(callbacks=["json", callback])
+    assert fix in str(info.value)
