@@ -207,7 +207,13 @@ def _validate_fields(kw: dict[str, Any], errors: Errors) -> None:
             "trainable",
             trainable,
             "not an import path",
-            'write "package.module:function_or_class" (the module must be importable on the cluster)',
+            'write "package.module:function_or_class" (the module must be importable on the cluster)'
+            + (
+                "; a name Tune's registry holds is not taken: write its import path instead, e.g. "
+                '"ray.rllib.algorithms.ppo:PPO" for "PPO"'
+                if isinstance(trainable, str) and ":" not in trainable
+                else ""
+            ),
         )
     name = kw.get("name")
     if name not in (None, ""):

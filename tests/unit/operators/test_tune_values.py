@@ -136,3 +136,11 @@ def test_a_callback_object_is_refused_naming_the_specs_form(callback, fix):
     ) as info:
         _spec_with(callbacks=["json", callback])
     assert fix in str(info.value)
+
+
+def test_a_name_tunes_registry_holds_is_refused_naming_the_import_path_to_write():
+    base = {"name": "e", "storage_path": "s3://bkt/p", "metric": "loss", "mode": "min"}
+    with pytest.raises(
+        SpecError, match=r"trainable = 'PPO': not an import path.*registry.*\"ray.rllib.algorithms.ppo:PPO\""
+    ):
+        ExperimentSpec.from_dict({**base, "trainable": "PPO"})
