@@ -1,6 +1,7 @@
 """docs/operators/search-space.rst's "Where it differs from Tune's defaults", at the level of Tune's configs: the
 RunConfig, TuneConfig, CheckpointConfig, FailureConfig and SyncConfig the engine builds differ from a plain
-``Tuner``'s built with the same settings in the fields the list names, and in no other."""
+``Tuner``'s built with the same settings in the fields the list names, and in no other; the engine's own callbacks
+run first, then the spec's."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 
 import pytest
 from ray import tune
+from ray.tune.execution import class_cache
+from ray.tune.logger import CSVLoggerCallback
 from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.concurrency_limiter import ConcurrencyLimiter
 
 from airflow_tune.common.spec import ExperimentSpec
-from airflow_tune.engine import build
+from airflow_tune.engine import build, compat
 from airflow_tune.engine.trial_output import apply_trial_output
+from airflow_tune.engine.tuner import build_tuner
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +85,20 @@ def test_the_settings_a_user_gives_reach_tunes_configs_as_given(tmp_path):
 def test_a_named_searcher_gets_the_limit_through_tunes_concurrency_limiter(tmp_path):
     _, tune_config = _built(tmp_path, max_concurrent_trials=2, search="optuna")
     assert isinstance(tune_config.search_alg, ConcurrencyLimiter) and tune_config.search_alg.max_concurrent == 2
+
+
+def _train(config: dict[str, Any]) -> None:
+    tune.report({"loss": 1.0})
+
+
+def test_the_engines_own_callbacks_come_first_then_the_specs(tmp_path, monkeypatch):
+    # build_tuner keeps the driver's AWS_* out of Tune's set of variables it propagates: leave the set as it was.
+    monkeypatch.setattr(class_cache, "ENV_VARS_TO_PROPAGATE", set(class_cache.ENV_VARS_TO_PROPAGATE))
+    trainable = f"{__name__}:_train"
+    spec = ExperimentSpec.from_dict(
+        {**BASE, "trainable": trainable, "storage_path": str(tmp_path), "callbacks": ["csv"]}
+    )
+    ours = tune.Callback()
+    tuner, restored = build_tuner(spec, [ours])
+    callbacks = compat.tuner_run_config(tuner).callbacks
+    assert not restored and callbacks[0] is ours and [type(c) for c in callbacks[1:]] == [CSVLoggerCallback]
