@@ -144,3 +144,14 @@ def test_a_name_tunes_registry_holds_is_refused_naming_the_import_path_to_write(
         SpecError, match=r"trainable = 'PPO': not an import path.*registry.*\"ray.rllib.algorithms.ppo:PPO\""
     ):
         ExperimentSpec.from_dict({**base, "trainable": "PPO"})
+
+
+def test_param_space_constants_reach_the_spec_as_json_gives_them_back():
+    # Listed as a difference: a tuple reaches the trial as a list; what JSON cannot hold is refused naming the fix.
+    assert _spec_with(param_space={"shape": (3, 3), "acts": tune.choice([(1, 2)])}).param_space == {
+        "shape": [3, 3],
+        "acts": {"choice": [[1, 2]]},
+    }
+    for value, words in [(float("nan"), "not a finite number"), ({1, 2}, "type set is not JSON")]:
+        with pytest.raises(SpecError, match=words):
+            _spec_with(param_space={"x": value})
