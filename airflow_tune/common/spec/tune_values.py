@@ -109,16 +109,28 @@ _EXAMPLES = {
 
 
 def refuse_function_checkpoints(trainable: Any, checkpoint: Any) -> None:
-    """Refuse ``checkpoint.frequency``/``at_end`` for a function trainable, as Tune's ``Experiment`` does when the
-    experiment starts (for an import path the engine refuses them there, on the cluster)."""
-    if not inspect.isfunction(trainable) or not (checkpoint.frequency or checkpoint.at_end):
+    """Refuse ``checkpoint.frequency``/``at_end`` for a trainable that cannot save: a function, which Tune's
+    ``Experiment`` refuses when the experiment starts, or a ``tune.Trainable`` subclass without ``save_checkpoint``,
+    whose every trial Tune fails at its first checkpoint (for an import path the engine refuses both on the cluster)."""
+    if not (checkpoint.frequency or checkpoint.at_end):
         return
-    raise ValueError(
-        f"checkpoint = {{'frequency': {checkpoint.frequency}, 'at_end': {checkpoint.at_end}}}: frequency and at_end "
-        f"apply to Class API trainables only, and the trainable {trainable.__name__!r} is a function (Tune refuses "
-        "them when the experiment starts); report checkpoints with tune.report(metrics, checkpoint=...) and drop "
-        "these fields"
+    where = f"checkpoint = {{'frequency': {checkpoint.frequency}, 'at_end': {checkpoint.at_end}}}"
+    if inspect.isfunction(trainable):
+        raise ValueError(
+            f"{where}: frequency and at_end apply to Class API trainables only, and the trainable "
+            f"{trainable.__name__!r} is a function (Tune refuses them when the experiment starts); report checkpoints "
+            "with tune.report(metrics, checkpoint=...) and drop these fields"
+        )
+    base = next(
+        (c for c in getattr(trainable, "__mro__", ()) if c.__name__ == "Trainable" and c.__module__.startswith("ray.")),
+        None,
     )
+    if base is not None and getattr(trainable, "save_checkpoint", None) is base.__dict__.get("save_checkpoint"):
+        raise ValueError(
+            f"{where}: frequency and at_end ask {trainable.__name__!r} for checkpoints, and it does not implement "
+            "save_checkpoint/load_checkpoint (Tune errs every trial at its first checkpoint: NotImplementedError); "
+            "implement them, or drop these fields"
+        )
 
 
 #: Tune's logger callbacks by class name, with the spec's name for each (:data:`.callbacks.LOGGERS`).

@@ -155,3 +155,15 @@ def test_param_space_constants_reach_the_spec_as_json_gives_them_back():
     for value, words in [(float("nan"), "not a finite number"), ({1, 2}, "type set is not JSON")]:
         with pytest.raises(SpecError, match=words):
             _spec_with(param_space={"x": value})
+
+
+class _NotSaving(tune.Trainable):
+    def step(self) -> dict[str, float]:
+        return {"loss": 1.0}
+
+
+def test_checkpoint_frequency_with_a_class_that_cannot_save_is_refused_at_submit():
+    # Tune errs every trial with NotImplementedError at its first checkpoint; the engine refused it on the cluster.
+    with pytest.raises(ValueError, match=r"'_NotSaving'.*does not implement save_checkpoint"):
+        _spec_with(trainable=_NotSaving, checkpoint={"frequency": 1})
+    assert _spec_with(trainable=_NotSaving, checkpoint={"num_to_keep": 1}).checkpoint.num_to_keep == 1
