@@ -5,10 +5,13 @@ retry's policy onto a restored experiment: what ``TuneController`` takes back fr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from airflow_tune.common.spec.trust import CODE_FIELDS, field_code_references
 from airflow_tune.engine.compat import ray_version
 from airflow_tune.engine.imports import EngineError
+from airflow_tune.engine.trial_creators import put_creators
 
 #: What ``TuneController.__setstate__`` takes back from the experiment state on resume (its ``runner_data``) over
 #: what ``tune.run`` gave the controller: the failure, actor-reuse and trial-checkpoint policy (every supported
@@ -17,7 +20,12 @@ RESUMED_POLICY = ("_fail_fast", "_reuse_actors", "_trial_checkpoint_config")
 
 
 def apply_policy_on_resume(
-    *, max_failures: int, max_concurrent: int | None, time_budget_s: float | None, earlier_budget: bool
+    *,
+    max_failures: int,
+    max_concurrent: int | None,
+    time_budget_s: float | None,
+    earlier_budget: bool,
+    earlier_spec: Mapping[str, Any] | None = None,
 ) -> None:
     """Have a restored experiment run with this driver's policy, not the one its first run saved.
 
@@ -29,8 +37,10 @@ def apply_policy_on_resume(
     :data:`RESUMED_POLICY`), the time budget (``time_budget_s`` in all, the time the earlier tries spent counted: the
     restored budget stopper's spent seconds; ``earlier_budget`` says whether the earlier run had one), the concurrency
     limit, and each trial's ``max_failures`` and checkpoint config, for the restored trials and every new one
-    (``add_trial``). A failure to apply fails the run: Tune starts the experiment over when a resume raises, unless
-    it fails fast, so the controller is made to fail fast first.
+    (``add_trial``), and this driver's trial name creators (:func:`.trial_creators.put_creators`). A failure to load
+    or apply fails the run: Tune starts the experiment over when a resume raises, unless it fails fast, so the
+    controller is made to fail fast first (``earlier_spec``, the spec the earlier run recorded, names the code a
+    saved state that cannot be loaded refers to).
     """
     from ray.tune.execution.tune_controller import TuneController
 
@@ -41,12 +51,17 @@ def apply_policy_on_resume(
 
     def resume(self: Any, resume_config: Any) -> Any:
         given.update({name: getattr(self, name) for name in RESUMED_POLICY})
-        out = original_resume(self, resume_config)
+        try:
+            out = original_resume(self, resume_config)
+        except Exception as exc:
+            self._fail_fast = True
+            raise unloadable_state(exc, "its experiment and search state", earlier_spec) from exc
         try:
             for name, value in given.items():
                 setattr(self, name, value)
             self._stopper = _with_budget(self._stopper, time_budget_s, earlier_budget)
             _set_concurrency(self._search_alg, max_concurrent)
+            put_creators(self._search_alg, self._trials)
             self.update_max_pending_trials()
         except Exception as exc:
             self._fail_fast = True
@@ -71,6 +86,31 @@ def apply_policy_on_resume(
     resume._airflow_tune_policy = True  # type: ignore[attr-defined]
     setattr(TuneController, "resume", resume)  # noqa: B010 - patching a class
     setattr(TuneController, "add_trial", add_trial)  # noqa: B010 - patching a class
+
+
+def unloadable_state(exc: BaseException, what: str, earlier_spec: Mapping[str, Any] | None) -> EngineError:
+    """Why a restored experiment's saved Tune state (``what``) cannot be loaded, naming the code of the earlier run's
+    spec that lives in the module that is missing, and the fix; on one line. Any other failure is named as it is."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    found = [
+        f"{where} {path!r}"
+        for field in CODE_FIELDS
+        for where, path in field_code_references(field, (earlier_spec or {}).get(field))
+        if missing and isinstance(path, str) and path.partition(":")[0].split(".")[0] == missing.split(".")[0]
+    ]
+    named = f" (the earlier run's {', '.join(found)})" if found else ""
+    head = f"cannot load the restored experiment's saved Tune state ({what}, written by an earlier run): "
+    if not isinstance(exc, (ImportError, AttributeError)):
+        return EngineError(
+            f"{head}{type(exc).__name__}: {exc}; stopping here rather than starting the experiment over, as Tune "
+            "would: retry the task, or give this run another experiment_name to start afresh"
+        )
+    return EngineError(
+        f"{head}{type(exc).__name__}: {exc}{named}. Tune keeps the code an experiment was started with (by import "
+        "path, unless shipped by value) and loads it before this run's takes its place, so that code must still be "
+        "importable on the cluster: ship its module with the job as the earlier run did (py_modules=, pip= or the "
+        "cluster image), or give this run another experiment_name to start afresh"
+    )
 
 
 def _trial_policy(trial: Any, max_failures: int, checkpoint_config: Any) -> None:

@@ -19,19 +19,22 @@ from typing import Any
 from ray import tune
 
 from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.common.spec.trial_output import NAMING_FIELDS
 from airflow_tune.engine.imports import import_path, resolve_allow_listed
+from airflow_tune.engine.trial_creators import load_creators
 
 
 def apply_trial_output(run_config: Any, tune_config: Any, spec: ExperimentSpec) -> None:
     """The spec's ``log_to_file`` and ``sync_artifacts`` on ``run_config``, its name creators on ``tune_config``
-    (new or restored: a restored experiment's new trials take the current spec's)."""
+    (new or restored: a restored experiment's new trials take the current spec's, see :mod:`.trial_creators`)."""
     log_to_file = spec.log_to_file
     run_config.log_to_file = tuple(log_to_file) if isinstance(log_to_file, list) else log_to_file
     sync = run_config.sync_config or tune.SyncConfig()
     sync.sync_artifacts = spec.sync_artifacts
     run_config.sync_config = sync
-    tune_config.trial_name_creator = _creator(spec, "trial_name_creator")
-    tune_config.trial_dirname_creator = _creator(spec, "trial_dirname_creator")
+    given = load_creators({field: _creator(spec, field) for field in NAMING_FIELDS})
+    tune_config.trial_name_creator = given["trial_name_creator"]
+    tune_config.trial_dirname_creator = given["trial_dirname_creator"]
 
 
 def _creator(spec: ExperimentSpec, field: str) -> Any:

@@ -74,24 +74,30 @@ def build_tuner(
         check_restore_state(spec.experiment_uri, proven_state)
         register_moved_modules()
         experiment_path, storage_filesystem = storage.tune_storage(spec.experiment_uri)
-        tuner = tune.Tuner.restore(
-            experiment_path,
-            trainable,
-            storage_filesystem=storage_filesystem,
-            resume_unfinished=True,
-            resume_errored=spec.errored_trials == "resume",
-            restart_errored=spec.errored_trials == "restart",
-            param_space=build_param_space(spec),
-        )
+        try:
+            tuner = tune.Tuner.restore(
+                experiment_path,
+                trainable,
+                storage_filesystem=storage_filesystem,
+                resume_unfinished=True,
+                resume_errored=spec.errored_trials == "resume",
+                restart_errored=spec.errored_trials == "restart",
+                param_space=build_param_space(spec),
+            )
+        except (ImportError, AttributeError) as exc:  # unpickling tuner.pkl: an earlier run's code is not here
+            raise compat_resume.unloadable_state(exc, "tuner.pkl", earlier) from exc
         # The restored Tuner keeps its pickled RunConfig, whose callbacks are the first run's: this driver runs new
         # ones, the spec's included.
         _replace_callbacks(tuner, callbacks)
         apply_policy(tuner, spec, earlier)
         apply_trial_output(compat.tuner_run_config(tuner), compat.tuner_tune_config(tuner), spec)
         return tuner, True
-    run_config, tune_config = build_run_config(spec, callbacks), build_tune_config(spec)
+    run_config, tune_config = build_run_config(spec, []), build_tune_config(spec)
     apply_trial_output(run_config, tune_config, spec)
     tuner = tune.Tuner(trainable, param_space=build_param_space(spec), tune_config=tune_config, run_config=run_config)
+    # Given after Tune pickled the configs into tuner.pkl: a retry that drops a callback need not import its module
+    # to load the experiment (a restore replaces them all, above).
+    _replace_callbacks(tuner, callbacks)
     return tuner, False
 
 
@@ -128,4 +134,5 @@ def apply_policy(tuner: tune.Tuner, spec: ExperimentSpec, earlier: Mapping[str, 
         max_concurrent=restored_concurrency(spec),
         time_budget_s=spec.time_budget_s,
         earlier_budget=bool(earlier and earlier.get("time_budget_s")),
+        earlier_spec=earlier,
     )
