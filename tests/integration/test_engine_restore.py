@@ -117,12 +117,7 @@ def test_stopped_job_saves_state_and_rerun_resumes(stack, tmp_path, stop_signal)
     spec = _checkpointing_spec(stack, tmp_path, f"stop-{stop_signal.lower()}", xs=xs, steps=8, sleep=0.2)
     spec["param_space"]["hold"] = hold
     job_id = jobs.submit(stack, spec, env={"RAY_JOB_STOP_SIGNAL": stop_signal})
-    try:
-        jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(2) == 1, 120, "trial x=2 at step 1")
-    except TimeoutError:
-        raise AssertionError(jobs.logs(stack, job_id)[-5000:]) from None
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    jobs.stop_when(stack, job_id, lambda: _progress_at_interrupt(str(tmp_path))[1].get(2) == 1, "trial x=2 at step 1")
     os.remove(hold["file"])
     finished, interrupted = _progress_at_interrupt(str(tmp_path))
     assert finished == {1} and interrupted == {2: 1}, (finished, interrupted)
@@ -171,9 +166,7 @@ def test_finished_experiment_rerun_returns_at_once_and_changed_space_is_refused(
 def test_changed_space_of_an_interrupted_experiment_is_refused(stack, tmp_path):
     spec = _checkpointing_spec(stack, tmp_path, "changed", xs=[1, 3])
     job_id = jobs.submit(stack, spec)
-    jobs.wait_until(lambda: read_markers(str(tmp_path), "step"), 120, "a first step")
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    jobs.stop_when(stack, job_id, lambda: read_markers(str(tmp_path), "step"), "a first step")
     changed = {**spec, "param_space": {**spec["param_space"], "steps": 7}}
     job_id = jobs.submit(stack, changed)
     assert jobs.wait(stack, job_id, 60) == "FAILED"
@@ -224,9 +217,7 @@ def test_a_restored_experiment_keeps_its_stoppers_and_runs_the_specs_callbacks(s
     spec["param_space"]["best_step"] = 6
     spec["param_space"]["hold"] = hold
     job_id = jobs.submit(stack, spec)
-    jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(3) == 1, 120, "trial x=3 held at step 1")
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    jobs.stop_when(stack, job_id, lambda: _progress_at_interrupt(str(tmp_path))[1].get(3) == 1, "x=3 held at step 1")
     os.remove(hold["file"])
 
     spec["callbacks"][0]["args"]["tag"] = "second"

@@ -51,12 +51,7 @@ def _package_before_the_move(tmp_path: Path) -> str:
 
 def _stop_old_job_while_held(stack, spec: dict, markers: Path, hold: dict, package: str) -> None:
     job_id = jobs.submit(stack, spec, package=package)
-    try:
-        jobs.wait_until(lambda: _progress_at_interrupt(str(markers))[1].get(2) == hold["step"], 120, "x=2 held")
-    except TimeoutError:
-        raise AssertionError(jobs.logs(stack, job_id)[-5000:]) from None
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    jobs.stop_when(stack, job_id, lambda: _progress_at_interrupt(str(markers))[1].get(2) == hold["step"], "x=2 held")
     Path(hold["file"]).unlink()
 
 

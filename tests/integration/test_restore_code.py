@@ -64,12 +64,8 @@ def test_a_retry_names_new_trials_with_its_creators_and_needs_no_dropped_code(st
     spec["param_space"]["hold"] = hold
     with _shipped_creators(tmp_path, "first") as shipped:
         job_id = jobs.submit(stack, spec, py_modules=[shipped, str(callbacks)])
-    try:  # one trial at a time: x=2 is made only after x=1 ends, which it does not in this job
-        jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(1) == 1, 120, "x=1 held at step 1")
-    except TimeoutError:
-        raise AssertionError(jobs.logs(stack, job_id)[-5000:]) from None
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    # One trial at a time: x=2 is made only after x=1 ends, which it does not in this job.
+    jobs.stop_when(stack, job_id, lambda: _progress_at_interrupt(str(tmp_path))[1].get(1) == 1, "x=1 held at step 1")
     os.remove(hold["file"])
 
     del spec["callbacks"]
@@ -112,9 +108,7 @@ def test_a_retry_without_code_tune_kept_by_import_path_fails_before_any_trial_na
     hold = _hold(tmp_path, x=1, step=1)
     spec["param_space"]["hold"] = hold
     job_id = jobs.submit(stack, spec, py_modules=[str(stoppers)])
-    jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(1) == 1, 120, "x=1 held at step 1")
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    jobs.stop_when(stack, job_id, lambda: _progress_at_interrupt(str(tmp_path))[1].get(1) == 1, "x=1 held at step 1")
     os.remove(hold["file"])
     runs = len(read_markers(str(tmp_path)))
 

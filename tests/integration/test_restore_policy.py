@@ -21,12 +21,7 @@ def _stop_while_held(stack, tmp_path, spec: dict, x: int, step: int) -> None:
     hold = _hold(tmp_path, x=x, step=step)
     spec["param_space"]["hold"] = hold
     job_id = jobs.submit(stack, spec)
-    try:
-        jobs.wait_until(lambda: _progress_at_interrupt(str(tmp_path))[1].get(x) == step, 120, f"x={x} at {step}")
-    except TimeoutError:
-        raise AssertionError(jobs.logs(stack, job_id)[-5000:]) from None
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    jobs.stop_when(stack, job_id, lambda: _progress_at_interrupt(str(tmp_path))[1].get(x) == step, f"x={x} at {step}")
     os.remove(hold["file"])
 
 

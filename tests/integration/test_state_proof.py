@@ -68,12 +68,7 @@ def _stopped(stack, tmp_path, spec: dict, x: int) -> str:
     def held() -> bool:
         return any(m["x"] == x and m["event"] == "step" and m["step"] >= 1 for m in read_markers(str(tmp_path)))
 
-    try:
-        jobs.wait_until(held, 120, f"trial x={x} at step 1")
-    except TimeoutError:
-        raise AssertionError(jobs.logs(stack, job_id)[-5000:]) from None
-    jobs.client(stack).stop_job(job_id)
-    assert jobs.wait(stack, job_id, 60) == "STOPPED"
+    jobs.stop_when(stack, job_id, held, f"trial x={x} at step 1")
     os.remove(hold)
     assert "state saved, a rerun resumes" in jobs.logs(stack, job_id)
     return job_id

@@ -117,6 +117,16 @@ def wait(stack: Any, job_id: str, timeout: float = 300) -> str:
     raise TimeoutError(f"job {job_id} did not finish in {timeout}s; logs:\n{c.get_job_logs(job_id)[-4000:]}")
 
 
+def stop_when(stack: Any, job_id: str, reached: Callable[[], Any], what: str, timeout: float = 120) -> None:
+    """Stop the job once ``reached()`` holds (its log in the failure when it never does) and wait for STOPPED."""
+    try:
+        wait_until(reached, timeout, what)
+    except TimeoutError:
+        raise AssertionError(logs(stack, job_id)[-5000:]) from None
+    client(stack).stop_job(job_id)
+    assert wait(stack, job_id, 60) == "STOPPED"
+
+
 def logs(stack: Any, job_id: str) -> str:
     return str(client(stack).get_job_logs(job_id))
 
