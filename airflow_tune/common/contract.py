@@ -14,6 +14,9 @@ from typing import Any
 # -- the job ---------------------------------------------------------------------------------------------------------
 ENGINE_MODULE = "airflow_tune.engine"
 ENGINE_ENTRYPOINT = f"python -m {ENGINE_MODULE}"
+#: The package code written in the DAG file travels in by value (a folder in the job's ``py_modules``): its import
+#: paths are ``airflow_tune_shipped:<kind>_<digest>`` (the trainable's ``airflow_tune_shipped:trainable``).
+SHIPPED_PACKAGE = "airflow_tune_shipped"
 #: Environment of the driver: the spec's JSON (or ``--spec URI``), and the job's own submission id.
 SPEC_ENV = "AIRFLOW_TUNE_SPEC"
 JOB_ID_ENV = "AIRFLOW_TUNE_JOB_ID"

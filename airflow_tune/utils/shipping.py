@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The package a by-value trainable travels in (a folder in the job's ``py_modules``).
-SHIPPED_PACKAGE = "airflow_tune_shipped"
+from airflow_tune.common.contract import SHIPPED_PACKAGE
 
 
 def _importable_by_name(module_name: str) -> bool:

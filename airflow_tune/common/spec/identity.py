@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_tune.common.contract import SHIPPED_PACKAGE
 from airflow_tune.common.spec.errors import show
 from airflow_tune.common.spec.space import primitive_of
 
@@ -54,13 +55,26 @@ def identity_differences(before: Mapping[str, Any], after: Mapping[str, Any], li
         if nodes and primitive_of(a) is None and primitive_of(b) is None:
             for key in [*a, *(k for k in b if k not in a)]:
                 walk(f"{path}.{key}", a.get(key, "<unset>"), b.get(key, "<unset>"))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(f"{path}[{i}]", x, y)
         else:
-            found.append(f"{path}: {show(a)} -> {show(b)}")
+            found.append(f"{path}: {show(a)} -> {show(b)}{_what_changed(path, a, b)}")
 
     a, b = identity_of(before), identity_of(after)
     for name in IDENTITY_FIELDS:
         walk(name, a.get(name), b.get(name))
     return found[:limit] + ([f"and {len(found) - limit} more"] if len(found) > limit else [])
+
+
+def _what_changed(path: str, a: Any, b: Any) -> str:
+    """What a changed digest stands for: the values alone show two hashes."""
+    if path == "trainable_digest":
+        return " (the trainable shipped by value changed: its code, or the data tune.with_parameters gives it)"
+    shipped = [v.rsplit("_", 1)[0] for v in (a, b) if isinstance(v, str) and v.startswith(SHIPPED_PACKAGE + ":")]
+    if len(shipped) == 2 and shipped[0] == shipped[1]:  # the same kind of object, another digest of its code
+        return " (the code written in the DAG file and shipped by value changed)"
+    return ""
 
 
 #: Searchers whose concurrency limit is their own argument (a ``BasicVariantGenerator``), not a ConcurrencyLimiter.

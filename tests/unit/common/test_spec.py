@@ -786,3 +786,16 @@ def test_spec_imports_neither_airflow_nor_ray():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_changed_digest_says_what_it_stands_for():
+    """Two hashes alone do not say what changed: the trainable's digest (its code or its with_parameters data) and
+    the path of other code shipped by value say it; an import path that changed is shown as it is."""
+    a = make({"trainable": "airflow_tune_shipped:trainable", "stop": [{"factory": "airflow_tune_shipped:stop_1a"}]})
+    b = make({"trainable": "airflow_tune_shipped:trainable", "stop": [{"factory": "airflow_tune_shipped:stop_2b"}]})
+    a["trainable_digest"], b["trainable_digest"] = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    differences = identity_differences(a, b)
+    assert differences[0].startswith("trainable_digest: ") and "tune.with_parameters" in differences[0]
+    assert differences[1].startswith("stop[0].factory: ") and "shipped by value changed" in differences[1]
+    plain = identity_differences(make({"trainable": "a.mod:fn"}), make({"trainable": "b.mod:fn"}))
+    assert plain == ["trainable: 'a.mod:fn' -> 'b.mod:fn'"]
