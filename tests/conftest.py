@@ -83,25 +83,11 @@ def cluster(request: pytest.FixtureRequest) -> Iterator:
     A module that sets ``CLUSTER_MLFLOW = True`` (one that runs the example DAGs' promotion into MLflow) also gets an
     MLflow server in the stack; the others do not pay its start (30-90 s).
     """
-    from airflow_tune.local import LocalStack
-    from tests.support.cluster_venv import cluster_python
     from tests.support.mlflow_server import mlflow_python
 
-    local = LocalStack(
-        Path(tempfile.mkdtemp(prefix="cluster-", dir=TEST_ROOT)),
-        num_cpus=0,
-        workers=2,
-        worker_cpus=1,
-        cluster_python=cluster_python(),
-        airflow_home=os.environ["AIRFLOW_HOME"],
-        mlflow_python=mlflow_python() if getattr(request.module, "CLUSTER_MLFLOW", False) else None,
-    )
-    state = local.start()
-    try:
-        with _environment(state.env()):
-            yield local
-    finally:
-        _stop_and_check_nothing_is_left(local)
+    mlflow = mlflow_python() if getattr(request.module, "CLUSTER_MLFLOW", False) else None
+    with separate_stack("cluster-", num_cpus=0, workers=2, worker_cpus=1, mlflow_python=mlflow) as local:
+        yield local
 
 
 @contextlib.contextmanager
