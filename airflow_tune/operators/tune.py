@@ -11,7 +11,7 @@ from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 
 from airflow_tune.common.contract import RESULT_KEYS, xcom_result
-from airflow_tune.common.spec import ExperimentSpec, tune_values
+from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks import ray_extra
 from airflow_tune.hooks.ray import RayHook
@@ -21,7 +21,7 @@ from airflow_tune.operators.tune_submit import JobSubmission
 from airflow_tune.operators.tune_wait import JobWaiting
 from airflow_tune.registries.promote_written import Written
 from airflow_tune.trust import code, roots
-from airflow_tune.utils import reconcile, shipped_objects, trial_naming
+from airflow_tune.utils import reconcile, shipped_objects, trial_naming, tune_values
 from airflow_tune.utils import trial_logs as trial_logs_module
 
 if TYPE_CHECKING:

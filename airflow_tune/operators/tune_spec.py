@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from airflow_tune.common.contract import JOB_ID_ENV
-from airflow_tune.common.spec import ExperimentSpec, experiment_name_for, node_pins, tune_values
+from airflow_tune.common.spec import ExperimentSpec, experiment_name_for, node_pins
 from airflow_tune.common.spec.callbacks import callback_destinations
 from airflow_tune.trust import code, disjoint, roots
 from airflow_tune.trust.rendered import coerce_rendered
-from airflow_tune.utils import shipped_objects, shipping, trial_naming
+from airflow_tune.utils import shipped_objects, shipping, trial_naming, tune_values
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -133,7 +133,7 @@ class TuneSpecBuilder:
         return spec
 
     def check_trainable_object(self, spec: ExperimentSpec) -> None:
-        """What a trainable object of the DAG file cannot run with (see :mod:`airflow_tune.common.spec.tune_values`)."""
+        """What a trainable object of the DAG file cannot run with (see :mod:`airflow_tune.utils.tune_values`)."""
         if self.trainable_object is not None:
             tune_values.resources_left_behind(self.trainable_object, self.trainable_code.by_value)
             tune_values.refuse_function_checkpoints(self.trainable_object, spec.checkpoint)

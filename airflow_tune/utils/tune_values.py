@@ -3,7 +3,8 @@
 A Tune user writes ``tune.PlacementGroupFactory([...])`` for per-trial bundles and may write ``time_budget_s`` as a
 ``datetime.timedelta``; both are data, so they become the JSON the spec holds (one spec and fingerprint for both
 forms). A scheduler or searcher object is built code whose arguments the spec cannot read back: it is refused with
-the spec's forms. Imports neither airflow nor ray: an object is recognised by its type's module and attributes.
+the spec's forms. Imports no ray (parsing a DAG file stays cheap): an object is recognised by its type's module and
+attributes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import datetime
 import inspect
 from typing import Any
+
+from airflow_tune.common.spec.callbacks import LOGGERS
 
 __all__ = [
     "refuse_tune_part",
@@ -133,14 +136,8 @@ def refuse_function_checkpoints(trainable: Any, checkpoint: Any) -> None:
         )
 
 
-#: Tune's logger callbacks by class name, with the spec's name for each (:data:`.callbacks.LOGGERS`).
-_LOGGER_NAMES = {
-    "CSVLoggerCallback": "csv",
-    "JsonLoggerCallback": "json",
-    "TBXLoggerCallback": "tbx",
-    "MLflowLoggerCallback": "mlflow",
-    "WandbLoggerCallback": "wandb",
-}
+#: Tune's logger callbacks by class name, with the spec's name for each.
+_LOGGER_NAMES = {path.rsplit(":", 1)[1]: name for name, (path, *_) in LOGGERS.items()}
 
 
 def refuse_tune_callbacks(callbacks: Any) -> None:
