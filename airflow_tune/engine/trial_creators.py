@@ -57,7 +57,7 @@ def load_creators(loaded: Mapping[str, Any]) -> dict[str, TrialCreator | None]:
     """Keep this driver's creators (``{field: function or None}``) and return what Tune is given for each field."""
     _LOADED.clear()
     _LOADED.update({field: fn for field, fn in loaded.items() if fn is not None})
-    return {field: (TrialCreator(field) if field in _LOADED else None) for field in NAMING_FIELDS}
+    return _given()
 
 
 def put_creators(search_alg: Any, trials: Iterable[Any]) -> None:
@@ -70,7 +70,7 @@ def put_creators(search_alg: Any, trials: Iterable[Any]) -> None:
     """
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    given = {field: (TrialCreator(field) if field in _LOADED else None) for field in NAMING_FIELDS}
+    given = _given()
     specs: list[dict[str, Any]] = []
     if isinstance(search_alg, BasicVariantGenerator):
         for iterator in search_alg._iterators:
@@ -87,3 +87,8 @@ def put_creators(search_alg: Any, trials: Iterable[Any]) -> None:
     for trial in trials:
         for field, creator in given.items():
             setattr(trial, field, creator)
+
+
+def _given() -> dict[str, TrialCreator | None]:
+    """What Tune is given for each creator field: a stand-in where this driver loaded a creator, else None."""
+    return {field: (TrialCreator(field) if field in _LOADED else None) for field in NAMING_FIELDS}
