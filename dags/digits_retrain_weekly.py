@@ -2,8 +2,9 @@
 beats the deployed champion, then deploy it and smoke-test it on held-out data.
 
 Warm start: the search tries the current champion's config first, so next week's run starts from this week's best.
-The promoted version is an MLflow Model (``digits_tuning.pyfunc.DigitsClassifier`` around the checkpoint), so
-``mlflow.pyfunc.load_model("models:/digits@champion")`` and ``mlflow models serve -m models:/digits@champion`` load it.
+The promoted version is an MLflow Model (``digits_tuning.pyfunc.DigitsClassifier`` around the checkpoint), so MLflow's
+clients load it; the smoke test loads only a copy ``airflow_tune.checkpoints.download_model`` verified, since MLflow's
+own loader runs whatever the version's files hold.
 The registry is MLflow's (``models:/digits``, through the ``mlflow_default`` connection) unless
 AIRFLOW_TUNE_REGISTRY_URI names another; the winner becomes a model version and the ``champion`` alias moves to it.
 With MLflow, each trial is also an MLflow run (experiment ``airflow-tune/digits_retrain_weekly/tune``, a parent run per
@@ -81,21 +82,20 @@ with DAG(
     # [START howto_deploy_promoted_model]
     @task
     def deploy_and_smoke_test(decision: dict) -> dict:
-        """Load the promoted model as MLflow's clients do (``mlflow.pyfunc.load_model("models:/digits/<version>")``
-        with MLflow's registry; the champion's verified MLflow Model with an S3 registry) and score it on the held-out
-        test set."""
+        """Load the promoted model as a serving image would, from a copy ``download_model`` verified (its checkpoint
+        byte for byte as its trial wrote it, every other file as the promotion wrote it): MLflow's own
+        ``mlflow.pyfunc.load_model("models:/digits/<version>")`` would run whatever loader the version's source holds
+        now. Then score it on the held-out test set."""
+        import tempfile
+
         import mlflow.pyfunc
         from digits_tuning.serve import holdout_accuracy
 
         from airflow_tune.checkpoints import download_model
 
-        if decision["model_uri"].startswith("models:/"):
-            # MLflow's own client, as a serving image or KServe's MLflow runtime loads it (it verifies nothing: the
-            # deploy DAG loads a copy download_model verified).
-            model = mlflow.pyfunc.load_model(decision["model_uri"])
-        else:
-            model = mlflow.pyfunc.load_model(download_model(REGISTRY_URI))
-        score = holdout_accuracy(model)
+        uri = decision["model_uri"] if decision["model_uri"].startswith("models:/") else REGISTRY_URI
+        with tempfile.TemporaryDirectory() as folder:
+            score = holdout_accuracy(mlflow.pyfunc.load_model(download_model(uri, folder)))
         if score < 0.8:
             raise ValueError(f"the promoted model scores {score:.3f} on held-out data, below the 0.8 floor")
         print(f"[airflow-tune] deployed version {decision['version']}: held-out accuracy {score:.4f}")

@@ -3,7 +3,8 @@
 Run 1 tunes, promotes the winner into MLflow's Model Registry (no champion yet: version 1, alias ``champion``) and
 deploys it; run 2 tunes again, warm-started from the champion's config, and the gate decides whether the new winner
 beats it. At the end it prints the model's versions and the alias as MLflow has them, and serves the champion with
-MLflow's own scoring server (``mlflow models serve``), asking it for three predictions. Everything started here is
+MLflow's own scoring server (``mlflow models serve``) from a copy ``download_model`` verified, asking it for three
+predictions. Everything started here is
 stopped at the end.
 """
 
@@ -100,15 +101,20 @@ def print_registry(registry_uri: str) -> None:
 
 def serve_champion(logs: Path) -> None:
     """MLflow's own scoring server on the champion (from the MLflow virtualenv, where airflow-tune is not installed),
-    asked for the digits of three held-out images over /invocations."""
+    asked for the digits of three held-out images over /invocations. It serves a copy ``download_model`` verified:
+    ``mlflow models serve -m models:/digits@champion`` would run whatever loader the version's files hold."""
     sys.path.insert(0, str(DAGS))
     from digits_tuning.data import splits
 
+    from airflow_tune.checkpoints import download_model
     from airflow_tune.local.serving import invocations, served_model
 
     x_test, y_test = splits()["test"]
+    shutil.rmtree(STATE / "champion-model", ignore_errors=True)
+    folder = download_model("models:/digits@champion", str(STATE / "champion-model"))
+    print(f"   models:/digits@champion verified into {folder}")
     started = time.monotonic()
-    with served_model(MLFLOW_PYTHON, "models:/digits@champion", logs) as url:
+    with served_model(MLFLOW_PYTHON, folder, logs) as url:
         answer = invocations(url, {"inputs": x_test[:3].tolist()})
         print(f"   {url}/invocations answered in {time.monotonic() - started:.0f}s (start included)")
     print(f"   predictions {answer['predictions']} for held-out digits {[int(y) for y in y_test[:3]]}")
@@ -210,7 +216,7 @@ def main() -> int:
                 return 1
         print("\n== The model registry (MLflow)")
         print_registry(os.environ["AIRFLOW_TUNE_REGISTRY_URI"])
-        print("\n== Served by MLflow: mlflow models serve -m models:/digits@champion --env-manager local")
+        print("\n== Served by MLflow: download_model, then mlflow models serve -m <that folder> --env-manager local")
         serve_champion(STATE / "logs")
         print(f"\n== Done in {time.monotonic() - started:.0f}s")
         return 0

@@ -183,6 +183,38 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     served = deploy.xcom("deploy_champion")
     assert served["model_uri"] == "models:/digits@champion" and served["holdout_accuracy"] >= 0.8, served
 
+    # The shipped smoke test loads only a verified copy: a loader swapped in the version's folder (by anyone who can
+    # write its storage) is refused, naming the file, and never unpickled (MLflow's own load_model would run it).
+    import pickle
+
+    from airflow_tune.exceptions import PromotionError
+    from airflow_tune.registries.s3 import s3_client, split_s3_uri
+
+    marker = Path(state.root) / f"swapped-loader-ran-{uuid.uuid4().hex}"
+    bucket, prefix = split_s3_uri(decision["mlflow_model_uri"])
+    s3 = s3_client()
+    key = f"{prefix}/python_model.pkl"
+    written = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    s3.put_object(Bucket=bucket, Key=key, Body=pickle.dumps(_TouchOnUnpickle(marker)))
+    smoke_test = dag.task_dict["deploy_and_smoke_test"].python_callable
+    try:
+        with pytest.raises(PromotionError, match="not the ones its trial and its promotion wrote"):
+            smoke_test(decision)
+    finally:
+        s3.put_object(Bucket=bucket, Key=key, Body=written)
+    assert not marker.exists(), "the swapped loader ran"
+    assert smoke_test(decision)["holdout_accuracy"] >= 0.8
+
+
+class _TouchOnUnpickle:
+    """Unpickling it creates ``marker``: what a swapped loader pickle would do with the deploy task's rights."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, tuple[Path]]:
+        return (Path.touch, (self.marker,))
+
 
 # -- losing a node -------------------------------------------------------------------------------------------------
 
