@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.registries.s3 import RegistryError, prove_checkpoint, read_champion
+from airflow_tune.registries.s3 import RegistryError, prove_checkpoint, read_champion, s3_client
 
 __all__ = ["champion_checkpoint", "champion_model", "proven_champion", "registry_asset"]
 
@@ -41,6 +41,7 @@ def proven_champion(
 ) -> tuple[dict[str, Any], str]:
     """The champion pointer of the S3 registry, its checkpoint proven by its experiment's Ray job (see
     :func:`champion_checkpoint`), and a description of it for messages."""
+    s3 = s3 if s3 is not None else s3_client()
     champion = read_champion(registry_uri, s3)
     if champion is None:
         raise RegistryError(f"no champion in {registry_uri}: nothing to load")
@@ -51,7 +52,10 @@ def proven_champion(
         raise PromotionError(f"{where} was not promoted by this version of airflow-tune: refusing to load it")
     if not str(copy).startswith(registry_uri.rstrip("/") + "/"):
         raise PromotionError(f"{where} names a checkpoint outside its registry: refusing to load it")
-    prove_checkpoint(where, str(experiment_uri), str(source), str(digest), ray_conn_id=ray_conn_id)
+    from airflow_tune.registries.owner import dags_of, read_s3_record
+
+    dags = dags_of(registry_uri, read_s3_record(s3, registry_uri))
+    prove_checkpoint(where, str(experiment_uri), str(source), str(digest), ray_conn_id=ray_conn_id, dags=dags)
     return champion, where
 
 

@@ -18,8 +18,9 @@ from airflow_tune.registry import registry_asset
 STORAGE_URI = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experiments")
 REGISTRY_URI = os.environ.get("AIRFLOW_TUNE_REGISTRY_URI", "models:/digits")
 REGISTRY = registry_asset(REGISTRY_URI)
-# The registry's owner: the retraining DAG and the tune-from-the-UI DAG both promote into it.
-REGISTRY_OWNER = "digits"
+# The DAGs that share the registry, by id: the retraining DAG and the tune-from-the-UI DAG both promote into it, and
+# each lists both (a registry takes a DAG only when every DAG that promotes into it lists that DAG).
+REGISTRY_DAGS = ["digits_retrain_weekly", "digits_tune_from_ui"]
 # With MLflow's registry, the trials are tracked on the same server (a run per trial under a parent run per DAG run),
 # and the promoted version links to the best trial's run.
 TRACK_IN_MLFLOW = REGISTRY_URI.startswith("models:/")

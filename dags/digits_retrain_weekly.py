@@ -19,7 +19,7 @@ from digits_common import (
     INPUT_EXAMPLE,
     MODEL_LOADER,
     MODEL_REQUIREMENTS,
-    REGISTRY_OWNER,
+    REGISTRY_DAGS,
     REGISTRY_URI,
     SHIP_TRAINABLES,
     STORAGE_URI,
@@ -70,7 +70,7 @@ with DAG(
         task_id="promote",
         result=tune.output,
         registry_uri=REGISTRY_URI,
-        registry_owner=REGISTRY_OWNER,  # both example DAGs promote into the digits registry
+        registry_dags=REGISTRY_DAGS,  # both example DAGs promote into the digits registry
         gate="better_than_champion",
         # The version becomes an MLflow Model around the checkpoint, which MLflow's clients load and serve.
         model_loader=MODEL_LOADER,

@@ -13,7 +13,7 @@ from digits_common import (
     INPUT_EXAMPLE,
     MODEL_LOADER,
     MODEL_REQUIREMENTS,
-    REGISTRY_OWNER,
+    REGISTRY_DAGS,
     REGISTRY_URI,
     SHIP_TRAINABLES,
     STORAGE_URI,
@@ -73,7 +73,7 @@ with DAG(
         task_id="promote",
         result=tune.output,
         registry_uri=REGISTRY_URI,
-        registry_owner=REGISTRY_OWNER,  # both example DAGs promote into the digits registry
+        registry_dags=REGISTRY_DAGS,  # both example DAGs promote into the digits registry
         gate="better_than_champion",
         model_loader=MODEL_LOADER,  # an MLflow Model, as the retraining DAG promotes (the deploy DAG loads it)
         model_input_example=INPUT_EXAMPLE,

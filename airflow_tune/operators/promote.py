@@ -37,6 +37,7 @@ from airflow_tune.registries.s3 import (
     version_name,
 )
 from airflow_tune.registry import registry_asset
+from airflow_tune.trust import code
 from airflow_tune.utils.version_compat import SkipMixin
 
 __all__ = [
@@ -72,8 +73,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     :param registry_uri: the registry: ``s3://bucket/models/<name>``, or ``models:/<name>`` for MLflow's Model
         Registry. Written in the DAG file: rendered, it is refused unless it is an ``s3://`` one under the root the
         DAG file wrote before a template or the deployment allows (see :mod:`airflow_tune.registries.promote_written`).
-        The first DAG that promotes into a registry owns it; another DAG's promotion is refused
-        (:mod:`airflow_tune.registries.owner`).
+        A registry belongs to DAGs, by id: the first DAG that promotes into it owns it, and another DAG's promotion
+        (or load) is refused unless ``registry_dags`` says otherwise (:mod:`airflow_tune.registries.owner`).
     :param gate: ``always``, ``better_than_champion`` (on the experiment's metric and mode) or ``threshold``; not
         templated (``threshold`` is).
     :param threshold: with ``gate="threshold"``: promote when the best value reaches it (by the mode).
@@ -82,8 +83,10 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
         own credential chain (environment, instance role).
     :param mlflow_conn_id: the MLflow tracking server's connection, for a ``models:/`` registry (not looked up for
         an S3 one); see :class:`~airflow_tune.hooks.mlflow.MLflowHook`.
-    :param registry_owner: who owns the registry: this DAG's id by default; DAGs that share a registry (a scheduled
-        retraining and a tuning run from the UI) write the same name. Not templated.
+    :param registry_dags: the ids of the other DAGs that share this registry (a scheduled retraining and a tuning
+        run from the UI): a DAG promotes into a registry only when every DAG that promotes into it lists it, so
+        each of them writes the same list (its own id may be in it). Not templated, never mapped from an XCom; the
+        deployment's ``[airflow_tune] registry_dags`` overrides it for the registries it names.
     :param ray_conn_id: the Ray cluster that ran the experiment: ``result`` is data (an XCom, a template), so the
         experiment's ``result.json`` is read again and promoted only when the Ray job it names vouches for its bytes
         in its log (see :mod:`airflow_tune.common.provenance`).
@@ -116,7 +119,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
         aws_conn_id: str | None = None,
         mlflow_conn_id: str = "mlflow_default",
         ray_conn_id: str = "ray_default",
-        registry_owner: str | None = None,
+        registry_dags: Sequence[str] = (),
+        registry_owner: Any = None,
         model_loader: Any = None,
         model_signature: Any = None,
         model_input_example: Any = None,
@@ -135,7 +139,15 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
         self.aws_conn_id = aws_conn_id
         self.mlflow_conn_id = mlflow_conn_id
         self.ray_conn_id = ray_conn_id
-        self.registry_owner = registry_owner
+        if registry_owner is not None:
+            raise TypeError(
+                f"registry_owner = {registry_owner!r}: a registry now belongs to DAG ids, not to a name any DAG file "
+                "can write: list the DAGs that share it instead, in each of their files, e.g. "
+                "registry_dags=['retrain_dag', 'tune_from_ui_dag']"
+            )
+        if isinstance(registry_dags, str) or not all(isinstance(d, str) and d for d in registry_dags):
+            raise TypeError(f"registry_dags = {registry_dags!r}: give a list of DAG ids")
+        self.registry_dags = tuple(registry_dags)
         # The loader is code: checked now (parse time, nothing imported), never a template field.
         self.model_loader = model_loader
         self.loader = mlflow_model.loader_spec(model_loader)
@@ -194,10 +206,19 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
                 raise ValueError(f"threshold = {self.threshold!r}: gate='threshold' needs a finite number")
         return result, threshold
 
-    @property
-    def owner_name(self) -> str:
-        """The name a registry this task promotes into records as its owner."""
-        return self.registry_owner or self.dag_id
+    def registry_claim(self) -> registry_owner.Claim:
+        """This task's claim on its registry: its DAG, the DAGs its file shares the registry with, and the
+        deployment's list for the registry. ``registry_dags`` licenses a registry, so an ``expand()`` from an XCom
+        may not choose it."""
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        if code.arguments_mapped_from_data(mapped_task, ["registry_dags"]):
+            raise ValueError(
+                "registry_dags came from an XCom through expand(): it decides which DAGs may use a registry, so "
+                "write it in the DAG file"
+            )
+        return registry_owner.Claim.of(
+            self.dag_id, self.registry_dags, registry_owner.deployment_dags(self.registry_uri)
+        )
 
     def s3_client(self) -> Any:
         return s3_client(self.aws_conn_id)
@@ -246,7 +267,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
             return self.execute_mlflow(context, result, threshold)
         bucket, prefix = split_s3_uri(self.registry_uri)
         s3 = self.s3_client()
-        registry_owner.check_s3(s3, self.registry_uri, self.owner_name)
+        claim = self.registry_claim()
+        registry_owner.check_s3(s3, self.registry_uri, claim)
         metric, mode = result["metric"], result["mode"]
         value = (result.get("best_metrics") or {}).get(metric)
         champion = read_champion(self.registry_uri, s3)
@@ -283,7 +305,7 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
 
         if version is None:
             raise PromotionError(f"no objects found under the checkpoint {source}")
-        registry_owner.claim_s3(s3, self.registry_uri, self.owner_name)
+        registry_owner.claim_s3(s3, self.registry_uri, claim)
         version_prefix = f"{prefix}/versions/{version}"
         copied = copy_checkpoint(
             s3, str(source), bucket, f"{version_prefix}/{mlflow_model.CHECKPOINT_ARTIFACT}", objects=objects

@@ -44,8 +44,7 @@ class MLflowPromotion:
 
         def s3_client(self) -> Any: ...
 
-        @property
-        def owner_name(self) -> str: ...
+        def registry_claim(self) -> registry_owner.Claim: ...
 
         def not_promoted(self, context: Context, out: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -104,7 +103,8 @@ class MLflowPromotion:
 
         with hook.client() as client:
             registry = self.mlflow_registry(client, name, hook.tracking_uri)
-            registry_owner.check_mlflow(registry, self.owner_name)
+            claim = self.registry_claim()
+            registry_owner.check_mlflow(registry, claim)
             champion = registry.version_by_alias(CHAMPION_ALIAS)
             existing = registry.find_version(version_name) if version_name else None
             if existing is not None and tags_of(existing).get(TAG + "checkpoint_uri") != source:
@@ -156,7 +156,7 @@ class MLflowPromotion:
                 return self.not_promoted(context, out)
 
             version = existing
-            registry_owner.claim_mlflow(registry, self.owner_name)  # creates the model (with its owner) when it is new
+            registry_owner.claim_mlflow(registry, claim)  # creates the model (with its DAGs) when it is new
             if version is None:
                 run_id = result.get("mlflow", {}).get("best_run_id") if isinstance(result.get("mlflow"), dict) else None
                 assert version_name is not None and digest is not None

@@ -301,8 +301,17 @@ def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, wha
             f"{where} was not registered by airflow-tune (its source {str(source)[:300]!r} does not match its "
             f"{TAG}checkpoint_uri tag, or it has no digest or experiment): refusing to load it"
         )
+    from airflow_tune.registries.owner import dags_of, read_mlflow_record
+
+    dags = dags_of(f"models:/{registry.name}", read_mlflow_record(registry)[1])
     prove_checkpoint(
-        where, experiment_uri, checkpoint, digest, ray_conn_id=ray_conn_id, dag_id=tags.get(TAG + "dag_id")
+        where,
+        experiment_uri,
+        checkpoint,
+        digest,
+        ray_conn_id=ray_conn_id,
+        dag_id=tags.get(TAG + "dag_id"),
+        dags=dags,
     )
     if kind == "pyfunc":
         return ProvenVersion(

@@ -13,7 +13,7 @@ champion with :func:`read_champion`. boto3 is imported inside the functions (DAG
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -108,12 +108,19 @@ def check_listing(result: dict[str, Any], objects: Sequence[dict[str, Any]]) -> 
 
 
 def prove_checkpoint(
-    where: str, experiment_uri: str, source: Any, digest: str, *, ray_conn_id: str, dag_id: str | None = None
+    where: str,
+    experiment_uri: str,
+    source: Any,
+    digest: str,
+    *,
+    ray_conn_id: str,
+    dag_id: str | None = None,
+    dags: Collection[str] | None = None,
 ) -> None:
     """Refuse (naming ``where``) unless the checkpoint ``source`` with the content ``digest`` is the best checkpoint
     of the experiment at ``experiment_uri`` as its own Ray job sealed it (:func:`airflow_tune.utils.reconcile.
-    proven_result`; ``dag_id``: that job ran for this DAG). What a registry records is written by whoever may write
-    the registry: this is what makes it believed."""
+    proven_result`; ``dag_id``: that job ran for this DAG; ``dags``: for one of these, the registry's DAGs). What a
+    registry records is written by whoever may write the registry: this is what makes it believed."""
     from airflow_tune.common import storage
     from airflow_tune.common.contract import RESULT_FILE, inside_experiment, manifest_uri
     from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY
@@ -126,7 +133,9 @@ def prove_checkpoint(
     owner = {"dag_id": dag_id} if dag_id is not None else None
     try:
         data = storage.read_bytes(manifest_uri(experiment_uri, RESULT_FILE))
-        result = proofs.proven_result(RayHook(ray_conn_id), experiment_uri, data, owner=owner, same_dag_only=True)
+        result = proofs.proven_result(
+            RayHook(ray_conn_id), experiment_uri, data, owner=owner, same_dag_only=True, dags=dags
+        )
     except (ValueError, OSError, ExperimentStorageError) as exc:
         raise PromotionError(f"{where} is not proven by the experiment it names: {exc}; refusing to load it") from exc
     if result.get("best_checkpoint_uri") != source or result.get(CHECKPOINT_DIGEST_KEY) != digest:

@@ -202,7 +202,10 @@ def _owner(store: Store, kind: str, folder: Path) -> str:
     try:
         if kind == "registry":
             record = _json(store.read((*folder, REGISTRY_OWNER_FILE), RECORD_BYTES))
-            dag_id = record.get("dag_id") if isinstance(record, Mapping) else None
+            dags = record.get("dags") if isinstance(record, Mapping) else None
+            if isinstance(dags, Mapping) and dags:  # {dag id: its list}: the DAGs that promoted into it
+                return "DAG(s) " + ", ".join(repr(str(d)[:250]) for d in sorted(dags)[:5])
+            dag_id = record.get("dag_id") if isinstance(record, Mapping) else None  # a record from before
             return f"DAG {str(dag_id)[:250]!r}" if isinstance(dag_id, str) and dag_id else describe_owner(None)
         manifests = (*folder, MANIFEST_DIR)
         for name in (SPEC_FILE, RESULT_FILE):

@@ -7,7 +7,7 @@ seals the engine prints. Imports neither ray nor boto3; every function takes the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_tune.common import storage
@@ -28,14 +28,21 @@ if TYPE_CHECKING:
 
 
 def proven_result(
-    hook: RayHook, experiment_uri: str, data: bytes, *, owner: Mapping[str, Any] | None, same_dag_only: bool = False
+    hook: RayHook,
+    experiment_uri: str,
+    data: bytes,
+    *,
+    owner: Mapping[str, Any] | None,
+    same_dag_only: bool = False,
+    dags: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """``result.json``'s bytes as a dict, when the Ray job it names vouched for exactly these bytes in its log.
 
     Storage writers can write any file, and compute every field a result is checked against; they cannot change a
     job's metadata (fixed at submission) or its log (served by the dashboard). So the job the result names must be
     this experiment's (its metadata names ``experiment_uri`` and, given ``owner``, that owner) and its log's last
-    ``sealed result.json`` line must carry the digest of ``data``; else :class:`ExperimentStorageError`.
+    ``sealed result.json`` line must carry the digest of ``data``; else :class:`ExperimentStorageError`. Given
+    ``dags``, the job must have run for one of them (a registry's DAGs, :mod:`airflow_tune.registries.owner`).
     """
     from airflow_tune.common.provenance import sealed_digests
 
@@ -59,6 +66,11 @@ def proven_result(
         theirs, owner, same_dag_only=same_dag_only
     ):
         raise ExperimentStorageError(f"{refused}: the Ray job it names ({job_id[:200]}) ran another experiment")
+    if dags is not None and theirs.get("dag_id") not in dags:
+        raise ExperimentStorageError(
+            f"{refused}: the Ray job it names ({job_id[:200]}) ran for DAG {str(theirs.get('dag_id'))[:250]!r}, "
+            f"which is not one of the registry's DAGs ({', '.join(repr(d) for d in sorted(dags)) or 'none'})"
+        )
     sealed = sealed_digests(hook.get_job_logs(job_id), RESULT_FILE)
     if not sealed or sealed[-1] != digest_of(data):
         raise ExperimentStorageError(

@@ -469,9 +469,11 @@ def test_download_and_load_from_the_alias_or_a_version_and_refuse_what_we_did_no
 
 
 # -- registries are code positions and belong to their DAG (issue 30) ----------------------------------------------
-def owner_tag(rest: MlflowRest, name: str) -> str | None:
+def owner_tag(rest: MlflowRest, name: str) -> dict[str, list[str]] | None:
+    """The registered model's record of its DAGs (each DAG that promoted into it and the DAGs its file lists)."""
     found = rest.get("registered-models/get", name=name)["registered_model"]
-    return next((t["value"] for t in found.get("tags", []) if t["key"] == "airflow_tune.owner_dag_id"), None)
+    tag = next((t["value"] for t in found.get("tags", []) if t["key"] == "airflow_tune.registry_dags"), None)
+    return json.loads(tag)["dags"] if tag is not None else None
 
 
 @pytest.mark.timeout(300)
@@ -505,11 +507,12 @@ def test_a_conf_named_model_and_another_dag_writing_the_first_dag_s_model_are_re
     error = refused(trigger("aft_owner_team_b_takes_a_mlflow", 0.01))
     assert isinstance(error, RegistryOwnerError), error
     assert str(error).startswith(
-        f"the registry {TEAM_A_MODEL} belongs to DAG 'aft_owner_team_a_mlflow': DAG 'aft_owner_team_b_takes_a_mlflow'"
+        f"the registry {TEAM_A_MODEL} belongs to DAG(s) 'aft_owner_team_a_mlflow': "
+        "DAG 'aft_owner_team_b_takes_a_mlflow'"
     )
     assert "0.4" not in str(error) and "version" not in str(error)  # the owner's DAG id, never a value of the model
     assert (versions(rest, name), champion(rest, name)) == before
-    assert owner_tag(rest, name) == "aft_owner_team_a_mlflow"  # created by the first promotion, with its owner
+    assert owner_tag(rest, name) == {"aft_owner_team_a_mlflow": ["aft_owner_team_a_mlflow"]}  # its first promotion's
 
     again = trigger("aft_owner_team_a_mlflow", 0.3)
     assert again.state == "success" and again.xcom("promote")["promoted"] is True
@@ -523,4 +526,24 @@ def test_a_model_from_before_owner_tags_is_adopted_by_its_first_promotion(rest, 
     assert owner_tag(rest, name) is None
     op = promote_op(f"models:/{name}", tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 3.0))
     out, _ = run(op)
-    assert out["promoted"] is True and owner_tag(rest, name) == op.dag_id
+    assert out["promoted"] is True and owner_tag(rest, name) == {op.dag_id: [op.dag_id]}
+
+
+@pytest.mark.timeout(180)
+def test_an_mlflow_writer_aliasing_another_dag_s_sealed_checkpoint_as_champion_is_refused_at_load(rest, s3, tmp_path):
+    """A writer of the MLflow registry copies another DAG's proven version (its source and tags, whose proof is
+    real) into this model and moves the champion alias to it: a load believes only versions whose experiment ran
+    for one of the model's DAGs (before, any DAG's sealed checkpoint passed)."""
+    from airflow_tune.checkpoints import download_checkpoint
+    from airflow_tune.exceptions import PromotionError
+
+    ours, theirs = model(), model()
+    out, _ = run(promote_op(f"models:/{ours}", tune_result(put_checkpoint(s3, {"w.bin": b"ours"}), 0.5)))
+    other = promote_op(f"models:/{theirs}", tune_result(put_checkpoint(s3, {"w.bin": b"theirs"}), 0.4))
+    assert out["promoted"] is True and run(other)[0]["promoted"] is True
+    assert download_checkpoint(f"models:/{ours}@champion", str(tmp_path / "ours")) == str(tmp_path / "ours")
+    [version] = versions(rest, theirs)
+    register_foreign(rest, ours, version["source"], tag_map(version))
+    with pytest.raises(PromotionError, match=f"ran for DAG '{other.dag_id}', which is not one of the registry's DAGs"):
+        download_checkpoint(f"models:/{ours}@champion", str(tmp_path / "forged"))
+    assert not (tmp_path / "forged").exists()

@@ -46,9 +46,10 @@ def objects(client: Any, registry: str) -> dict[str, bytes]:
     return {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
 
 
-def owner(client: Any, registry: str) -> str:
+def owner(client: Any, registry: str) -> dict[str, list[str]]:
+    """The registry's record: each DAG that promoted into it and the DAGs its file shares it with."""
     bucket, prefix = split_s3_uri(registry)
-    return str(json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/{OWNER_FILE}")["Body"].read())["dag_id"])
+    return dict(json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/{OWNER_FILE}")["Body"].read())["dags"])
 
 
 @pytest.mark.timeout(120)
@@ -86,7 +87,7 @@ def test_another_dag_reads_only_the_owner_record_writes_nothing_and_the_champion
     with pytest.raises(RegistryOwnerError) as info:
         run(intruder)
     assert str(info.value).startswith(
-        f"the registry {registry} belongs to DAG 'aft_targets_owner': DAG 'aft_targets_intruder' may not promote"
+        f"the registry {registry} belongs to DAG(s) 'aft_targets_owner': DAG 'aft_targets_intruder' may not use it"
     )
     assert first["version"] not in str(info.value) and "0.5" not in str(info.value)
     registry_ops = [(op, key) for op, key in s3_calls.ops() if key and key.startswith(f"{prefix}/")]
@@ -94,11 +95,11 @@ def test_another_dag_reads_only_the_owner_record_writes_nothing_and_the_champion
     assert not {op for op, _ in s3_calls.ops()} & WRITES
     assert objects(reader, registry) == before
     record = json.loads(before[f"{prefix}/{OWNER_FILE}"])
-    assert record["dag_id"] == "aft_targets_owner" and set(record) == {"dag_id", "claimed_at"}
+    assert record["dags"] == {"aft_targets_owner": ["aft_targets_owner"]} and set(record) == {"dags", "updated_at"}
 
     # The owner's retry of its own promotion and its next one go through.
     again, _ = run(promote("aft_targets_owner", registry, tune_result(put_checkpoint(reader, {"w": b"3"}), 0.2)))
-    assert again["promoted"] is True and owner(reader, registry) == "aft_targets_owner"
+    assert again["promoted"] is True and owner(reader, registry) == {"aft_targets_owner": ["aft_targets_owner"]}
 
 
 @pytest.mark.timeout(180)
@@ -113,36 +114,78 @@ def test_a_registry_from_before_owner_records_is_adopted_by_its_first_promotion(
 
     s3_calls.clear()
     out, _ = run(promote("aft_targets_adopter", registry, tune_result(put_checkpoint(reader, {"w": b"p"}), 0.5)))
-    assert out["promoted"] is True and owner(reader, registry) == "aft_targets_adopter"
+    assert out["promoted"] is True and owner(reader, registry) == {"aft_targets_adopter": ["aft_targets_adopter"]}
     writes = [key for op, key in s3_calls.ops() if op in WRITES and key and key.startswith(f"{prefix}/")]
     assert writes[0] == f"{prefix}/{OWNER_FILE}" and writes[-1] == f"{prefix}/{CHAMPION_FILE}", writes
 
-    with pytest.raises(RegistryOwnerError, match="belongs to DAG 'aft_targets_adopter'"):
+    with pytest.raises(RegistryOwnerError, match=r"belongs to DAG\(s\) 'aft_targets_adopter'"):
         run(promote("aft_targets_late", registry, tune_result(put_checkpoint(reader, {"w": b"l"}), 0.1)))
     assert json.loads(objects(reader, registry)[f"{prefix}/{CHAMPION_FILE}"])["version"] == out["version"]
 
 
-@pytest.mark.timeout(120)
-def test_dags_that_write_the_same_registry_owner_share_a_registry_and_others_are_still_refused(reader):
+@pytest.mark.timeout(180)
+def test_dags_that_list_each_other_share_a_registry_and_a_dag_file_that_lists_itself_in_is_refused(reader):
     registry = registry_uri()
+    shared = ["aft_shared_retrain", "aft_shared_from_ui"]
     first = promote(
         "aft_shared_retrain",
         registry,
         tune_result(put_checkpoint(reader, {"w": b"1"}), 0.5),
-        registry_owner="digits",
+        registry_dags=shared,
         gate="always",
     )
-    assert run(first)[0]["promoted"] is True and owner(reader, registry) == "digits"
+    assert run(first)[0]["promoted"] is True
+    assert owner(reader, registry) == {"aft_shared_retrain": sorted(shared)}
     second = promote(
         "aft_shared_from_ui",
         registry,
         tune_result(put_checkpoint(reader, {"w": b"2"}), 0.4),
-        registry_owner="digits",
+        registry_dags=shared,
         gate="always",
     )
     assert run(second)[0]["promoted"] is True
+    assert owner(reader, registry) == {"aft_shared_retrain": sorted(shared), "aft_shared_from_ui": sorted(shared)}
+    # Another DAG file writes the registry and lists itself with the two: they do not list it, so it is refused
+    # (before, a DAG file that wrote the same registry_owner name got in).
     stranger = promote(
-        "aft_shared_stranger", registry, tune_result(put_checkpoint(reader, {"w": b"3"}), 0.1), gate="always"
+        "aft_shared_stranger",
+        registry,
+        tune_result(put_checkpoint(reader, {"w": b"3"}), 0.1),
+        registry_dags=[*shared, "aft_shared_stranger"],
+        gate="always",
     )
-    with pytest.raises(RegistryOwnerError, match="belongs to DAG 'digits'.*registry_owner='digits'"):
+    with pytest.raises(
+        RegistryOwnerError,
+        match=r"belongs to DAG\(s\) 'aft_shared_from_ui', 'aft_shared_retrain': DAG 'aft_shared_stranger' may not",
+    ):
         run(stranger)
+    assert set(owner(reader, registry)) == set(shared), "the refused DAG recorded nothing"
+
+
+def test_registry_owner_the_free_text_name_is_refused_at_parse_naming_the_fix():
+    from airflow.sdk import DAG
+
+    with DAG("aft_owner_name", schedule=None), pytest.raises(TypeError, match="registry_dags=\\["):
+        PromoteCheckpointOperator(task_id="promote", result={}, registry_uri="s3://b/models/x", registry_owner="digits")
+
+
+@pytest.mark.timeout(180)
+def test_a_champion_pointed_at_another_dag_s_sealed_checkpoint_is_refused_at_load(reader):
+    """A writer of the registry's prefix points champion.json at a checkpoint another DAG's experiment sealed (its
+    proof is real): the load believes only versions whose experiment ran for one of the registry's DAGs."""
+    from airflow_tune.exceptions import PromotionError
+    from airflow_tune.registry import champion_checkpoint
+
+    registry, elsewhere = registry_uri(), registry_uri()
+    ours, _ = run(promote("aft_load_owner", registry, tune_result(put_checkpoint(reader, {"w": b"o"}), 0.5)))
+    theirs, _ = run(promote("aft_load_other", elsewhere, tune_result(put_checkpoint(reader, {"w": b"t"}), 0.4)))
+    assert ours["promoted"] and theirs["promoted"]
+    assert champion_checkpoint(registry, s3=reader)[0].startswith(registry + "/versions/")
+    bucket, prefix = split_s3_uri(registry)
+    _, other_prefix = split_s3_uri(elsewhere)
+    pointer = reader.get_object(Bucket=bucket, Key=f"{other_prefix}/{CHAMPION_FILE}")["Body"].read()
+    forged = json.loads(pointer)
+    forged["uri"] = forged["uri"].replace(elsewhere, registry)  # the copy "inside" this registry, as a writer would
+    reader.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=json.dumps(forged).encode())
+    with pytest.raises(PromotionError, match="ran for DAG 'aft_load_other', which is not one of the registry's DAGs"):
+        champion_checkpoint(registry, s3=reader)
