@@ -176,15 +176,28 @@ LOG_MARK = "[airflow-tune] "
 VERDICT = "verdict: "
 
 
+def engine_lines(logs: str, kind: str = "") -> list[str]:
+    """What follows ``LOG_MARK + kind`` on each line of a job log that starts with it, oldest first: every reader of
+    the engine's lines (seals, progress, the verdict) reads them here.
+
+    A line ends at ``\n`` only (the dashboard serves a ``\r`` as ``\n``), never where ``str.splitlines()`` would also
+    break it (``\x0b``, ``\x0c``, ``\x1c`` to ``\x1e``, ``\x85``, ``\u2028``, ``\u2029``): those can sit in a value
+    a trial prints or raises with, after Ray's ``(name pid=...)`` prefix. No line starts with the mark unless the
+    engine wrote it: the driver escapes the mark at the start of every line it did not write itself
+    (:mod:`airflow_tune.engine.log_lines`).
+    """
+    head = LOG_MARK + kind
+    return [line[len(head) :] for line in logs.split("\n") if line.startswith(head)]
+
+
 def progress_lines(logs: str) -> list[str]:
     """The engine's own lines of a job log."""
-    return [line for line in logs.splitlines() if line.startswith(LOG_MARK)]
+    return [LOG_MARK + line for line in engine_lines(logs)]
 
 
 def verdict_of(logs: str) -> str | None:
     """The engine's verdict on a run that did not finish, from its job log; None when it printed none."""
-    marker = LOG_MARK + VERDICT
-    found = [line[len(marker) :] for line in logs.splitlines() if line.startswith(marker)]
+    found = engine_lines(logs, VERDICT)
     return found[-1].strip() if found else None
 
 

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_tune.common.contract import LOG_MARK
+from airflow_tune.common.contract import LOG_MARK, engine_lines
 
 SEAL = "sealed "
 #: A checkpoint's files in the result manifest: ``{relative path: "sha256:<hex>"}``.
@@ -28,16 +28,21 @@ CHECKPOINT_DIGEST_KEY = "best_checkpoint_digest"
 CHUNK = 8 * 1024 * 1024
 
 
+def seal_text(name: str, digest: str) -> str:
+    """What the engine prints after the mark to vouch for the file ``name`` with the bytes of ``digest``."""
+    return f"{SEAL}{name} {digest}"
+
+
 def seal_line(name: str, digest: str) -> str:
     """The job-log line that vouches for the file ``name`` with the bytes of ``digest``."""
-    return f"{LOG_MARK}{SEAL}{name} {digest}"
+    return LOG_MARK + seal_text(name, digest)
 
 
 def sealed_digests(logs: str, name: str) -> list[str]:
-    """Every digest a job log vouches for under ``name``, oldest first. Only the engine's own lines count: Ray
-    prefixes what trials print (``(train pid=...)``), so a trial's output never starts with the mark."""
-    prefix = f"{LOG_MARK}{SEAL}{name} "
-    return [line[len(prefix) :].strip() for line in logs.splitlines() if line.startswith(prefix)]
+    """Every digest a job log vouches for under ``name``, oldest first. Only the engine's own lines count
+    (:func:`~airflow_tune.common.contract.engine_lines`): Ray prefixes what trials print (``(train pid=...)``), and
+    the driver escapes the mark at the start of any other line."""
+    return [rest.strip() for rest in engine_lines(logs, f"{SEAL}{name} ")]
 
 
 def digest_stream(chunks: Iterable[bytes]) -> str:
@@ -113,10 +118,9 @@ def unproven_state(found: Mapping[str, str], logs: Iterable[str]) -> dict[str, s
     """The state files among ``found`` (``{file name: digest}``) whose bytes no log of ``logs`` sealed, with why."""
     sealed: dict[str, set[str]] = {}
     for text in logs:
-        for line in text.splitlines():
-            if line.startswith(f"{LOG_MARK}{SEAL}{STATE}"):
-                name, _, digest = line[len(LOG_MARK + SEAL + STATE) :].strip().rpartition(" ")
-                sealed.setdefault(name, set()).add(digest)
+        for rest in engine_lines(text, SEAL + STATE):
+            name, _, digest = rest.strip().rpartition(" ")
+            sealed.setdefault(name, set()).add(digest)
     out = {}
     for name, digest in sorted(found.items()):
         if not is_tune_state(name):
@@ -137,12 +141,10 @@ PROGRESS = "progress "
 def logged_progress(logs: str) -> dict[str, Any] | None:
     """The last progress the engine printed in its job log (the same snapshot it writes to ``progress.json``, at the
     same moment), or None before the first. Only the engine's own lines count (see :func:`sealed_digests`)."""
-    prefix = LOG_MARK + PROGRESS
-    for line in reversed(logs.splitlines()):
-        if line.startswith(prefix):
-            try:
-                parsed = json.loads(line[len(prefix) :])
-            except ValueError:
-                continue
-            return parsed if isinstance(parsed, dict) else None
+    for rest in reversed(engine_lines(logs, PROGRESS)):
+        try:
+            parsed = json.loads(rest)
+        except ValueError:
+            continue
+        return parsed if isinstance(parsed, dict) else None
     return None

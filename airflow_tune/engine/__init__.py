@@ -33,7 +33,8 @@ def runtime_problem() -> str | None:
 
 _PROBLEM = runtime_problem()
 if _PROBLEM:
-    from airflow_tune.common.contract import LOG_MARK, VERDICT
+    from airflow_tune.common.contract import VERDICT
+    from airflow_tune.engine.log_lines import emit
 
-    print(f"{LOG_MARK}{VERDICT}airflow-tune's engine cannot run here: {_PROBLEM}", flush=True)
+    emit(f"{VERDICT}airflow-tune's engine cannot run here: {_PROBLEM}")
     raise ImportError(f"airflow-tune's engine cannot run here: {_PROBLEM}")

@@ -27,7 +27,6 @@ from airflow_tune.common.contract import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     JOB_ID_ENV,
-    LOG_MARK,
     RESTORE_AFTER,
     RESTORE_STATE,
     RESULT_FILE,
@@ -44,10 +43,18 @@ from airflow_tune.common.contract import (
 )
 from airflow_tune.common.spec import ExperimentSpec, SpecError, fingerprint_of, identity_differences, restore_conflicts
 from airflow_tune.engine.compat import leave_working_dir_package
+from airflow_tune.engine.log_lines import emit, guard_output
 
 
 def say(line: str) -> None:
-    print(LOG_MARK + line, flush=True)
+    emit(line)
+
+
+def say_spec_error(exc: SpecError) -> None:
+    """A bad spec's problems, one line each."""
+    say(f"invalid experiment spec ({len(exc.errors)} problem{'s' if len(exc.errors) != 1 else ''}):")
+    for problem in exc.errors:
+        say(f"  - {problem}")
 
 
 def verdict(text: str) -> None:
@@ -279,19 +286,21 @@ def main(argv: list[str] | None = None) -> int:
         help="with --restore-after: the state files the submitter proved, as JSON {file name: sha256:<hex>}",
     )
     args = parser.parse_args(argv)
+    # Before anything prints: only the engine starts a line of the job log with the mark (see engine/log_lines.py).
+    guard_output()
     # Before ray.init(): another node's runtime env agent may delete the working_dir package the driver starts in.
     leave_working_dir_package()
     try:
         spec = load_spec(args.spec, args.spec_digest)
     except SpecError as exc:
-        say(str(exc))
+        say_spec_error(exc)
         verdict(str(exc))
         return EXIT_BAD_SPEC
     signal.signal(signal.SIGTERM, _forward_to_tune)
     try:
         return run(spec, restore_after=args.restore_after, restore_state=args.restore_state)
     except SpecError as exc:
-        say(str(exc))
+        say_spec_error(exc)
         verdict(str(exc))
         return EXIT_BAD_SPEC
     except Exception as exc:

@@ -15,7 +15,6 @@ trials it follows are kept in memory only while they can still be shown. The fil
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -23,8 +22,9 @@ from typing import Any
 from ray import tune
 
 from airflow_tune.common import jsonsafe, storage
-from airflow_tune.common.contract import HISTORY_FILE, LOG_MARK, manifest_uri
+from airflow_tune.common.contract import HISTORY_FILE, manifest_uri
 from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.engine.log_lines import emit
 
 #: Curves written: the best ``MAX_TRIALS`` trials, plus at most ``MAX_TRIALS`` running ones.
 MAX_TRIALS = 10
@@ -259,4 +259,4 @@ class HistoryCallback(tune.Callback):
             self.write(self.uri, self.snapshot())
             self.writes += 1
         except Exception as exc:  # the history is best effort; the experiment must not fail on it
-            print(f"{LOG_MARK}could not write {self.uri}: {exc}", file=self.out or sys.stdout, flush=True)
+            emit(f"could not write {self.uri}: {exc}", self.out)

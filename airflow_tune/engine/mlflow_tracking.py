@@ -37,9 +37,9 @@ from typing import Any
 
 from ray import tune
 
-from airflow_tune.common.contract import LOG_MARK
 from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.engine.imports import EngineError
+from airflow_tune.engine.log_lines import emit
 from airflow_tune.engine.mlflow_tags import TAG_EXPERIMENT, TAG_PARENT, TAG_ROLE, TAG_TRIAL, foreign_parent, parent_tags
 from airflow_tune.engine.mlflow_values import (
     METRICS_PER_BATCH,
@@ -383,7 +383,7 @@ class MLflowTracking(tune.Callback):
             )
 
     def _say(self, line: str) -> None:
-        print(LOG_MARK + line, file=self.out, flush=True)
+        emit(line, self.out)
 
 
 def _brief(exc: BaseException) -> str:

@@ -22,10 +22,11 @@ from typing import Any
 from ray import tune
 
 from airflow_tune.common import jsonsafe, storage
-from airflow_tune.common.contract import LOG_MARK, PROGRESS_FILE, manifest_uri
+from airflow_tune.common.contract import PROGRESS_FILE, manifest_uri
 from airflow_tune.common.spec import ExperimentSpec
 from airflow_tune.common.spec.objectives import objectives_of
 from airflow_tune.engine import compat
+from airflow_tune.engine.log_lines import emit
 
 TOP_TRIALS = 10
 MAX_RUNNING_LISTED = 20
@@ -185,7 +186,7 @@ class ProgressCallback(tune.Callback):
             self._emit(f"could not write {self.progress_uri}: {exc}")
 
     def _emit(self, line: str) -> None:
-        print(LOG_MARK + line, file=self.out, flush=True)
+        emit(line, self.out)
 
     def _emit_table(self, trials: list, snap: dict[str, Any]) -> None:
         counts = " ".join(f"{k}={v}" for k, v in sorted(snap["counts"].items()))
@@ -193,7 +194,8 @@ class ProgressCallback(tune.Callback):
         best_text = f" best {self.spec.metric}={best['value']:.6g} ({best['trial_id']})" if best else ""
         lines = [f"{len(trials)} trials: {counts}{best_text}"]
         lines += format_trial_table(trials, self.spec.metric, self.spec.mode, TABLE_ROWS)
-        self._emit(("\n" + LOG_MARK).join(lines))
+        for line in lines:
+            self._emit(line)
         # A machine-readable line too, so a watcher of the log stream needs no storage access.
         self._emit("progress " + jsonsafe.dumps({**{k: snap[k] for k in ("counts", "metric", "mode")}, "best": best}))
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from airflow_tune.common import jsonsafe, storage
 from airflow_tune.common.contract import digest_of
-from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY, files_digest, seal_line
+from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY, files_digest, seal_text
+from airflow_tune.engine.log_lines import emit
 
 
 def record_checkpoint_digests(manifest: dict[str, Any]) -> None:
@@ -28,5 +29,5 @@ def write_sealed(uri: str, name: str, data: Any) -> str:
     body = jsonsafe.dumps(data, indent=1, sort_keys=True).encode()
     storage.write_bytes(uri, body)
     digest = digest_of(body)
-    print(seal_line(name, digest), flush=True)
+    emit(seal_text(name, digest))
     return digest

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airflow_tune.common.contract import LOG_MARK
 from airflow_tune.common.spec.points import flatten, missing_paths, node_at, with_value
+from airflow_tune.engine.log_lines import emit
 
 #: How each searcher takes a nested point (see the module docstring); None: left as the spec gives it.
 SHAPES: dict[str, str | None] = {
@@ -72,4 +72,4 @@ def plain(value: Any) -> Any:
 
 
 def _say(line: str) -> None:
-    print(LOG_MARK + line, flush=True)
+    emit(line)

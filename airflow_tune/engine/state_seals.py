@@ -28,8 +28,9 @@ from typing import Any
 
 from airflow_tune.common import storage
 from airflow_tune.common.contract import digest_of
-from airflow_tune.common.provenance import is_tune_state, seal_line, state_seal_name
+from airflow_tune.common.provenance import is_tune_state, seal_text, state_seal_name
 from airflow_tune.engine.imports import EngineError
+from airflow_tune.engine.log_lines import emit
 
 
 class StateSealer:
@@ -45,7 +46,7 @@ class StateSealer:
             if self._last.get(name) == digest:
                 return
             self._last[name] = digest
-        print(seal_line(state_seal_name(name), digest), flush=True)
+        emit(seal_text(state_seal_name(name), digest))
 
     def seal_folder(self, folder: str) -> None:
         """Seal every state file directly in the local ``folder`` (Tune's driver staging folder)."""

@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow_tune.common import storage
-from airflow_tune.common.contract import LOG_MARK, inside_experiment
+from airflow_tune.common.contract import inside_experiment
 from airflow_tune.common.spec import ExperimentSpec
+from airflow_tune.engine.log_lines import emit
 
 #: The metric in which TuneReportCallback reports a Train checkpoint's path (scheme-less, as Tune's paths are).
 CHECKPOINT_PATH_KEY = "checkpoint_path"
@@ -30,7 +31,7 @@ MAX_LOOKUPS = 10
 
 
 def _say(line: str) -> None:
-    print(LOG_MARK + line, flush=True)
+    emit(line)
 
 
 def ranked_paths(rows: Iterable[Mapping[str, Any]], metric: str, mode: str, key: str) -> list[str]:

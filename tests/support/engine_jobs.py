@@ -55,10 +55,12 @@ def submit(
     restore_state: dict[str, str] | None = None,
     package: str = PACKAGE,
     py_modules: list[str] | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> str:
     """Submit the engine for ``spec``; after an earlier job of the experiment, licensed to restore what it saved,
     with ``restore_state`` (default: :func:`proven_state`) as the state it may restore. ``package``: the
-    airflow_tune folder the job ships (this tree's by default); ``py_modules``: more folders it ships."""
+    airflow_tune folder the job ships (this tree's by default); ``py_modules``: more folders it ships;
+    ``metadata``: the job's (the operator's jobs name their experiment there)."""
     job_id = job_id or f"tune-{spec['name']}-{uuid.uuid4().hex[:6]}"
     earlier = _earlier.get(spec["name"])
     entrypoint = ENGINE_ENTRYPOINT
@@ -71,6 +73,7 @@ def submit(
         stack,
         entrypoint=entrypoint,
         submission_id=job_id,
+        metadata=metadata,
         runtime_env={
             "py_modules": [package, TESTKIT, *(py_modules or [])],
             "env_vars": {

@@ -147,3 +147,14 @@ def sample_inf(spec: object) -> list:
 def sized(config: dict, blob: str = "") -> dict:
     """Reports how much data its keyword argument carried."""
     return {"loss": float(config["x"]), "blob_len": len(blob)}
+
+
+def printing(config: dict) -> None:
+    """Prints its ``note`` (a string a conf chooses) and reports; waits after that as ``hold`` says (see _hold), then
+    raises with the note when ``raise_note`` is set."""
+    print(f"note: {config['note']}", flush=True)
+    tune.report({"loss": float(config["x"])})
+    _mark(config, "step", step=0)
+    _hold(config, 0)
+    if config.get("raise_note"):
+        raise ValueError(f"bad note: {config['note']}")

@@ -227,7 +227,8 @@ def test_the_driver_leaves_the_package_before_anything_else(monkeypatch):
         calls.append("spec")
         raise SpecError(["no spec"])
 
+    monkeypatch.setattr(engine, "guard_output", lambda: calls.append("guard"))
     monkeypatch.setattr(engine, "leave_working_dir_package", lambda: calls.append("leave"))
     monkeypatch.setattr(engine, "load_spec", load_spec)
     assert engine.main([]) == engine.EXIT_BAD_SPEC
-    assert calls == ["leave", "spec"]
+    assert calls == ["guard", "leave", "spec"]
