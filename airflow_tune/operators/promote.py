@@ -37,6 +37,7 @@ from airflow_tune.registries.s3 import (
     version_name,
 )
 from airflow_tune.registry import registry_asset
+from airflow_tune.trust import code
 from airflow_tune.utils.version_compat import SkipMixin
 
 __all__ = [
@@ -239,7 +240,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
         promote_written.check_task(self)
-        self.check_loader_written()
+        # The loader, its requirements and the registry's owner are the DAG file's: never an XCom's.
+        code.refuse_mapped_code(self, code.PROMOTE_CODE_ARGUMENTS)
         given, threshold = self._inputs()
         result = self.proven_result(given)
         if is_mlflow_uri(self.registry_uri):
