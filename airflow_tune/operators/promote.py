@@ -84,22 +84,25 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     :param mlflow_conn_id: the MLflow tracking server's connection, for a ``models:/`` registry (not looked up for
         an S3 one); see :class:`~airflow_tune.hooks.mlflow.MLflowHook`.
     :param registry_owner: who owns the registry: this DAG's id by default; DAGs that share a registry (a scheduled
-        retraining and a tuning run from the UI) write the same name. Not templated.
+        retraining and a tuning run from the UI) write the same name. Written in the DAG file: not templated, and
+        refused when ``expand()`` maps it from an XCom.
     :param ray_conn_id: the Ray cluster that ran the experiment: ``result`` is data (an XCom, a template), so the
         experiment's ``result.json`` is read again and promoted only when the Ray job it names vouches for its bytes
         in its log (see :mod:`airflow_tune.common.provenance`).
     :param model_loader: makes the promoted version an MLflow Model that ``mlflow.pyfunc.load_model`` and ``mlflow
         models serve`` load (:mod:`airflow_tune.registries.mlflow_model`): a ``mlflow.pyfunc.PythonModel`` subclass (its
         ``load_context`` reads ``context.artifacts["checkpoint"]``) or a function ``load(checkpoint_dir) -> model``
-        (the model's ``predict`` is served), as an object or an import path ``"package.module:name"``. Code: written
-        in the DAG file, never rendered. Without it a checkpoint that holds an MLflow Model (``MLmodel`` at its top)
-        is registered as it is, and any other is registered as a bare checkpoint that MLflow's clients cannot load
-        (the task log says so).
+        (the model's ``predict`` is served), as an object or an import path ``"package.module:name"`` (the Python
+        modules of its top-level package travel in the model's ``code/``). Code: written in the DAG file, never
+        rendered, and refused when ``expand()`` maps it from an XCom. Without it a checkpoint that holds an MLflow
+        Model (``MLmodel`` at its top) is registered as it is, and any other is registered as a bare checkpoint that
+        MLflow's clients cannot load (the task log says so).
     :param model_signature: the model's signature (a ``mlflow.models.ModelSignature`` or its ``to_dict()`` form);
         by default the input example's inputs.
     :param model_input_example: saved with the model (a list of rows of numbers is a 2-D float array).
     :param model_requirements: the loader's pip requirements (e.g. ``["scikit-learn==1.9.1"]``), recorded beside
-        ``mlflow`` and ``cloudpickle``.
+        ``mlflow`` and ``cloudpickle``; what a model's server installs, so written in the DAG file (refused when
+        ``expand()`` maps it from an XCom).
     """
 
     template_fields: Sequence[str] = ("result", "registry_uri", "threshold")
