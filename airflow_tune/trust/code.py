@@ -178,15 +178,27 @@ def refuse_mapped_code(task: Any, arguments: Mapping[str, str]) -> None:
     mapped = arguments_mapped_from_data(mapped_task, arguments)
     if not mapped:
         return
-    defaults = inspect.signature(type(task).__init__).parameters
     problems = []
     for name, chooses in arguments.items():
         value = getattr(task, name, None)
-        default = defaults[name].default if name in defaults else None
+        default = _default(type(task), name)
         if name in mapped and not (value == default or (not value and not default)):
             problems.append(f"{name} = {_shown(value)}: chooses {chooses}")
     if problems:
         raise MappedCodeError(problems)
+
+
+def _default(cls: type, name: str) -> Any:
+    """The default of the argument ``name`` as the first ``__init__`` along ``cls``'s MRO that declares it gives it (a
+    subclass's ``__init__(**kwargs)`` passes it on)."""
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        parameter = inspect.signature(init).parameters.get(name)
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default
+    return None
 
 
 def _shown(value: Any) -> str:

@@ -93,6 +93,18 @@ def test_expand_kwargs_over_an_xcom_refuses_what_it_sets_and_not_what_it_leaves_
     assert _refusal(dag, op, TUNE_CODE_ARGUMENTS) is None
 
 
+def test_a_subclass_passing_its_arguments_on_keeps_the_defaults_of_the_operator():
+    class Team(RayTuneOperator):
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+
+    row = {"param_space": {"x": 1}}
+    with DAG("aft_unit_mapped_subclass", schedule=None) as dag:
+        Team.partial(task_id="tune", **FIXED).expand_kwargs(from_xcom(row))
+    op = dag.task_dict["tune"].unmap(row)
+    assert _refusal(dag, op, TUNE_CODE_ARGUMENTS) is None  # ship_engine=True is the default, not a choice
+
+
 def test_a_runtime_env_is_shown_by_its_keys_only_also_as_json():
     env = '{"env_vars": {"AWS_ENDPOINT_URL": "http://elsewhere", "TOKEN": "' + SECRET + '"}}'
     dag, op = _tune(lambda p: p.expand(runtime_env=from_xcom(env)), {"runtime_env": env})
