@@ -93,15 +93,17 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     :param model_loader: makes the promoted version an MLflow Model that ``mlflow.pyfunc.load_model`` and ``mlflow
         models serve`` load (:mod:`airflow_tune.registries.mlflow_model`): a ``mlflow.pyfunc.PythonModel`` subclass (its
         ``load_context`` reads ``context.artifacts["checkpoint"]``) or a function ``load(checkpoint_dir) -> model``
-        (the model's ``predict`` is served), as an object or an import path ``"package.module:name"``. Code: written
-        in the DAG file, never rendered. Without it a checkpoint that holds an MLflow Model (``MLmodel`` at its top)
-        is registered as it is, and any other is registered as a bare checkpoint that MLflow's clients cannot load
-        (the task log says so).
+        (the model's ``predict`` is served), as an object or an import path ``"package.module:name"`` (the Python
+        modules of its top-level package travel in the model's ``code/``). Code: written in the DAG file, never
+        rendered, and refused when ``expand()`` maps it from an XCom. Without it a checkpoint that holds an MLflow
+        Model (``MLmodel`` at its top) is registered as it is, and any other is registered as a bare checkpoint that
+        MLflow's clients cannot load (the task log says so).
     :param model_signature: the model's signature (a ``mlflow.models.ModelSignature`` or its ``to_dict()`` form);
         by default the input example's inputs.
     :param model_input_example: saved with the model (a list of rows of numbers is a 2-D float array).
     :param model_requirements: the loader's pip requirements (e.g. ``["scikit-learn==1.9.1"]``), recorded beside
-        ``mlflow`` and ``cloudpickle``.
+        ``mlflow`` and ``cloudpickle``; what a model's server installs, so written in the DAG file (refused when
+        ``expand()`` maps it from an XCom).
     """
 
     template_fields: Sequence[str] = ("result", "registry_uri", "threshold")
@@ -208,14 +210,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
 
     def registry_claim(self) -> registry_owner.Claim:
         """This task's claim on its registry: its DAG, the DAGs its file shares the registry with, and the
-        deployment's list for the registry. ``registry_dags`` licenses a registry, so an ``expand()`` from an XCom
-        may not choose it."""
-        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
-        if code.arguments_mapped_from_data(mapped_task, ["registry_dags"]):
-            raise ValueError(
-                "registry_dags came from an XCom through expand(): it decides which DAGs may use a registry, so "
-                "write it in the DAG file"
-            )
+        deployment's list for the registry (``registry_dags`` mapped from an XCom is refused before: it is one of
+        :data:`~airflow_tune.trust.code.PROMOTE_CODE_ARGUMENTS`)."""
         return registry_owner.Claim.of(
             self.dag_id, self.registry_dags, registry_owner.deployment_dags(self.registry_uri)
         )
@@ -260,7 +256,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     # -- execute ------------------------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
         promote_written.check_task(self)
-        self.check_loader_written()
+        # The loader, its requirements and the registry's owner are the DAG file's: never an XCom's.
+        code.refuse_mapped_code(self, code.PROMOTE_CODE_ARGUMENTS)
         given, threshold = self._inputs()
         result = self.proven_result(given)
         if is_mlflow_uri(self.registry_uri):

@@ -1,7 +1,6 @@
 """How PromoteCheckpointOperator makes the winner an MLflow Model (:mod:`airflow_tune.registries.mlflow_model`):
-whether the loader was written in the DAG file, what a promotion registers, and the model's files beside the
-checkpoint's copy.
-The same for both registries (S3 and MLflow's)."""
+what a promotion registers, and the model's files beside the checkpoint's copy. The same for both registries (S3 and
+MLflow's)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY
 from airflow_tune.exceptions import PromotionError
-from airflow_tune.registries import mlflow_model, promote_written
+from airflow_tune.registries import mlflow_model
 
 
 class ModelWriting:
@@ -21,25 +20,6 @@ class ModelWriting:
         model_signature: Any
         model_input_example: Any
         log: Any
-        dag: Any
-        task_id: str
-
-        def has_dag(self) -> bool: ...
-
-    def check_loader_written(self) -> None:
-        """Refuse a ``model_loader`` that a mapped task got through ``expand()`` from an XCom: a loader is code."""
-        if self.loader is None:
-            return
-        from airflow_tune.trust.code import arguments_mapped_from_data
-
-        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
-        if arguments_mapped_from_data(mapped_task, ["model_loader"]):
-            raise promote_written.PromotionTargetError(
-                "model_loader",
-                self.loader.source,
-                "it came from an XCom through expand(): a loader is code, written in the DAG file",
-                "Write model_loader in the DAG file (in partial(), or as the operator's argument)",
-            )
 
     def model_kind(self, result: dict[str, Any], registry: str) -> str | None:
         """What a promotion registers: ``"pyfunc"`` (an MLflow Model built around the checkpoint with

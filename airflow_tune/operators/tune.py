@@ -108,7 +108,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     :param pip: pip requirements installed for the job.
     :param runtime_env: any other Ray runtime_env settings (merged; ``env_vars`` hold no secrets: they are
         visible in the job's metadata). ``working_dir``, ``py_modules``, ``pip`` and ``runtime_env`` decide what
-        code runs on the cluster, so they are not templated: write them in the DAG file.
+        code runs on the cluster and where it sends data, so they are written in the DAG file: not templated, and
+        refused when ``expand()``/``expand_kwargs()`` maps them from an XCom (a literal list given to ``expand()`` is
+        written in the DAG file).
     :param wait_for_completion: wait (default); False returns the job and experiment at once for a ``RayTuneSensor``.
     :param deferrable: wait in the triggerer instead of a worker slot.
     :param poll_interval: seconds between status checks while waiting in a worker (a deferred wait shares one poll
@@ -117,7 +119,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     :param pending_timeout_s: a job still PENDING this long after its submission (its runtime env does not install,
         no node can run its driver) is stopped and the task fails saying so; None waits for ``execution_timeout``.
     :param stop_wait_s: how long Ray waits for the driver to save state after the stop signal.
-    :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune).
+    :param ship_engine: upload this package with the job (set False when the cluster image has airflow-tune);
+        written in the DAG file (refused when mapped from an XCom).
     :param log_to_file: each trial's stdout and stderr in files of its folder in storage, as Tune's ``log_to_file``
         (``True``: ``stdout`` and ``stderr``; one file name; or a ``(stdout, stderr)`` pair); on by default (Tune's
         default is off). ``False`` keeps output in the Ray job's log only.
@@ -296,6 +299,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
     # -- the reconcile loop ---------------------------------------------------------------------------------------
     def execute(self, context: Context) -> Any:
         """Spec, identity, then reattach, return the finished result, or submit (restoring); then wait."""
+        # What the cluster installs and imports, and where it sends data, is the DAG file's: never an XCom's.
+        code.refuse_mapped_code(self, code.TUNE_CODE_ARGUMENTS)
         # Local code ships only through Ray's client: without Ray here, refuse before anything is written.
         ray_extra.refuse_without_ray(self.working_dir, self.py_modules, self.runtime_env, self.pip)
         spec = self.spec = self.build_spec(context)

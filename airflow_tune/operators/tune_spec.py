@@ -245,7 +245,11 @@ class TuneSpecBuilder:
     def check_code_references(self, spec: ExperimentSpec) -> list[str]:
         """Refuse an import path in ``spec`` that neither the DAG file wrote nor the deployment allow-lists, and a
         node pin the DAG file did not write. Return the paths only the allow-list admitted."""
-        pins = [(f, key) for f, key in node_pins(spec.resources) if key not in self.literal_node_pins]
+        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
+        mapped = code.arguments_mapped_from_data(mapped_task, [*self.literal_code_references, "resources_per_trial"])
+        # A node pin an XCom mapped in (expand()) is not the DAG file's, though the task was built with it.
+        written_pins = set() if "resources_per_trial" in mapped else self.literal_node_pins
+        pins = [(f, key) for f, key in node_pins(spec.resources) if key not in written_pins]
         if pins:
             raise code.CodeReferenceError(
                 [
@@ -258,8 +262,7 @@ class TuneSpecBuilder:
             literal["trainable"].add(self.trainable_code.import_path)
         for field, creator_code in self.creator_codes.items():
             literal[field].add(creator_code.import_path)
-        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
-        for argument in code.arguments_mapped_from_data(mapped_task, literal):
+        for argument in mapped & set(literal):
             literal[argument] = set()
         refused, allow_listed = code.review_references(spec, literal)
         if not refused:

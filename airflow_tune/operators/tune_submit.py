@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_tune.common.contract import engine_command
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks import ray_extra
-from airflow_tune.trust import code, proofs
+from airflow_tune.trust import proofs
 from airflow_tune.utils import reconcile, shipping
 
 if TYPE_CHECKING:
@@ -31,14 +31,10 @@ class JobSubmission:
     creator_codes: Any
     object_codes: Any
     restore_unproven_state: bool
-    dag: Any
-    task_id: str
 
     if TYPE_CHECKING:
 
         def check_before_writing(self, spec: ExperimentSpec) -> None: ...
-
-        def has_dag(self) -> bool: ...
 
         def build_runtime_env(self, spec: ExperimentSpec, job_id: str, shipped: list[str]) -> dict[str, Any]: ...
 
@@ -131,14 +127,6 @@ class JobSubmission:
         return [*codes, *self.creator_codes.items(), *((path, c) for path, c in self.object_codes.items())]
 
     def unproven_restore_allowed(self) -> bool:
-        """``restore_unproven_state``, as the DAG file wrote it: a mapped task that got it from an XCom through
-        ``expand()`` is refused (it licenses unpickling, so it is code, not data)."""
-        if not self.restore_unproven_state:
-            return False
-        mapped_task = self.dag.task_dict.get(self.task_id) if self.has_dag() else None
-        if code.arguments_mapped_from_data(mapped_task, ["restore_unproven_state"]):
-            raise ValueError(
-                "restore_unproven_state came from an XCom through expand(): it licenses unpickling saved state, so "
-                "write it in the DAG file (in partial(), or as the operator's argument)"
-            )
-        return True
+        """``restore_unproven_state``, as the DAG file wrote it (one mapped from an XCom was refused at the start of
+        ``execute``: :data:`~airflow_tune.trust.code.TUNE_CODE_ARGUMENTS`)."""
+        return self.restore_unproven_state

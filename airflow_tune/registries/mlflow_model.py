@@ -8,7 +8,7 @@ Layout of a promoted model (``<model>`` is an S3 prefix: ``<experiment_uri>/.air
     <model>/python_model.pkl        the loader, pickled by MLflow (cloudpickle)
     <model>/requirements.txt, python_env.yaml, conda.yaml   the environment MLflow records
     <model>/input_example.json, serving_input_example.json  when the DAG gives an input example
-    <model>/code/...                the loader's package, when the loader is named by import path
+    <model>/code/...                the loader's package's Python modules, when the loader is named by import path
     <model>/checkpoint/...          the best checkpoint's files, copied server-side (never downloaded)
 
 The loader is code, so it comes from the DAG file only (``model_loader=``, not a template field; one an
@@ -16,7 +16,8 @@ The loader is code, so it comes from the DAG file only (``model_loader=``, not a
 ``context.artifacts["checkpoint"]``, or a function ``load(checkpoint_dir) -> model`` whose result has ``predict``
 (or is callable); each as an object or as an import path ``"package.module:name"``. An object no other process can
 import by name (defined in the DAG file) is pickled by value; one named by import path is pickled by reference and
-its top-level package travels in the model's ``code/`` folder.
+the Python modules of its top-level package travel in the model's ``code/`` folder (:func:`copy_modules`: ``*.py``
+files only, never a dotfile such as ``.env``, a dot-folder, ``__pycache__`` or a data file).
 
 The folder is built on the Airflow worker without the checkpoint's bytes (MLflow never runs the loader at save
 time here: the requirements are given, not inferred), then its files are uploaded and the checkpoint's objects
@@ -137,6 +138,33 @@ def package_folder(obj: Any) -> str | None:
     return path
 
 
+def copy_modules(package: str, dest: str) -> list[str]:
+    """Copy the Python modules (``*.py``) of the package folder ``package`` into ``dest``, in the same layout, and
+    nothing else: no file or folder whose name starts with a dot (``.env``, ``.git/``), no ``__pycache__``, no data
+    file (``notes.txt``, a config), no symbolic link. The model's ``code/`` folder is uploaded to storage and read by
+    whoever loads the model: only the code its loader imports belongs there; a loader reads its data from the
+    checkpoint.
+
+    :return: the copied files, relative to ``package``.
+    """
+    copied = []
+    for root, folders, names in os.walk(package):
+        folders[:] = sorted(
+            f
+            for f in folders
+            if not f.startswith(".") and f != "__pycache__" and not os.path.islink(os.path.join(root, f))
+        )
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            if name.startswith(".") or not name.endswith(".py") or os.path.islink(path):
+                continue
+            rel = os.path.relpath(path, package)
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            shutil.copy2(path, os.path.join(dest, rel))
+            copied.append(rel.replace(os.sep, "/"))
+    return copied
+
+
 def _importable(obj: Any) -> bool:
     from airflow_tune.utils.shipping import _importable_by_name
 
@@ -226,10 +254,10 @@ def build(
     try:
         if isinstance(spec.value, str):
             package = package_folder(loader)
-            if package is not None:  # a copy without bytecode caches
+            if package is not None:
                 dest = os.path.join(scratch, "code", os.path.basename(package))
                 if os.path.isdir(package):
-                    shutil.copytree(package, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                    copy_modules(package, dest)
                 else:
                     os.makedirs(os.path.dirname(dest), exist_ok=True)
                     shutil.copy2(package, dest)

@@ -15,11 +15,14 @@ A trainable passed as a Python object is code the DAG author wrote; how it trave
 from __future__ import annotations
 
 import fnmatch
+import inspect
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_tune.common.spec.trust import CODE_FIELDS
+from airflow_tune.exceptions import AirflowTuneException
 from airflow_tune.trust.literal_code import JINJA_BLOCK as _JINJA_BLOCK
 from airflow_tune.trust.literal_code import literal_import_paths as literal_import_paths
 from airflow_tune.trust.literal_code import wrote_in
@@ -29,6 +32,30 @@ if TYPE_CHECKING:
 
 #: Operator arguments whose import paths the cluster runs, and the spec fields each one fills.
 CODE_ARGUMENTS = CODE_FIELDS
+
+#: The arguments that choose code the cluster or a model's server runs, or where the cluster sends its data and
+#: credentials, with what each chooses (said in a refusal). No rendered value may set them: none is a template
+#: field, and one that ``expand()``/``expand_kwargs()`` maps from an XCom is refused (:func:`refuse_mapped_code`).
+#: A new such argument is one line here. Arguments whose rendered values have a rule of their own (the import paths
+#: of :data:`CODE_ARGUMENTS`, node pins, loggers' URLs, ``storage_path``, ``warm_start``, ``registry_uri``, ``gate``)
+#: read a mapped value as rendered instead. RayTuneSensor has none: what it is given is data, believed only with its
+#: job's proof.
+TUNE_CODE_ARGUMENTS: Mapping[str, str] = {
+    "pip": "what the cluster pip-installs",
+    "working_dir": "the code uploaded as the job's working directory",
+    "py_modules": "the packages the job imports",
+    "runtime_env": (
+        "the job's packages, container and env_vars (MLFLOW_TRACKING_URI, AWS_ENDPOINT_URL: where the cluster sends "
+        "its data and credentials)"
+    ),
+    "ship_engine": "whether the cluster runs the engine shipped from here or one it has",
+    "restore_unproven_state": "whether saved state no job proves is unpickled",
+}
+PROMOTE_CODE_ARGUMENTS: Mapping[str, str] = {
+    "model_loader": "the loader a deploy unpickles and runs",
+    "model_requirements": "what a model's server pip-installs",
+    "registry_dags": "which DAGs may use the registry this task promotes into",
+}
 ALLOW_LIST_OPTION = "allowed_code_references"
 CONFIG_SECTION = "airflow_tune"
 NODE_PIN_PREFIX = "node:"
@@ -51,6 +78,23 @@ class CodeReferenceError(ValueError):
         )
 
     def __reduce__(self) -> tuple[type[CodeReferenceError], tuple[list[str]]]:
+        return (type(self), (self.problems,))
+
+
+class MappedCodeError(AirflowTuneException, ValueError):
+    """An argument that chooses code or a destination, mapped from an XCom by ``expand()``/``expand_kwargs()``."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(
+            f"refused {len(problems)} argument{'s' if len(problems) > 1 else ''} mapped from an XCom through expand() "
+            f"or expand_kwargs(): an XCom is data, and these choose code or where data goes:\n{lines}\n"
+            "Write them in the DAG file: in partial(), as the operator's argument, or as a literal list given to "
+            "expand()."
+        )
+
+    def __reduce__(self) -> tuple[type[MappedCodeError], tuple[list[str]]]:
         return (type(self), (self.problems,))
 
 
@@ -121,6 +165,57 @@ def arguments_mapped_from_data(task: Any, arguments: Iterable[str]) -> set[str]:
         partial = getattr(task, "partial_kwargs", {}) or {}
         return {name for name in arguments if name not in partial}
     return set()
+
+
+def refuse_mapped_code(task: Any, arguments: Mapping[str, str]) -> None:
+    """Refuse each of ``arguments`` (name -> what it chooses) that the running ``task`` got from an XCom through
+    ``expand()``/``expand_kwargs()`` and that is not left at its default (``expand_kwargs()`` maps every argument
+    that ``partial()`` does not give, and one an XCom left unset chooses nothing).
+
+    :raises MappedCodeError: naming each argument, what it chooses and the fix.
+    """
+    mapped_task = task.dag.task_dict.get(task.task_id) if task.has_dag() else None
+    mapped = arguments_mapped_from_data(mapped_task, arguments)
+    if not mapped:
+        return
+    problems = []
+    for name, chooses in arguments.items():
+        value = getattr(task, name, None)
+        default = _default(type(task), name)
+        if name in mapped and not (value == default or (not value and not default)):
+            problems.append(f"{name} = {_shown(value)}: chooses {chooses}")
+    if problems:
+        raise MappedCodeError(problems)
+
+
+def _default(cls: type, name: str) -> Any:
+    """The default of the argument ``name`` as the first ``__init__`` along ``cls``'s MRO that declares it gives it (a
+    subclass's ``__init__(**kwargs)`` passes it on)."""
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        parameter = inspect.signature(init).parameters.get(name)
+        if parameter is not None and parameter.default is not inspect.Parameter.empty:
+            return parameter.default
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A mapped value for a refusal: a mapping (or its JSON) by its keys only (``env_vars`` may hold secrets), the rest
+    cut short."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return "a string that is not JSON"
+    if isinstance(value, Mapping):
+        keys = sorted(str(k) for k in value)
+        env = value.get("env_vars")
+        named = f", env_vars {sorted(str(k) for k in env)}" if isinstance(env, Mapping) else ""
+        return f"a dict with keys {keys}{named}"
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}..."
 
 
 def argument_of(field_path: str) -> str:

@@ -65,7 +65,7 @@ from airflow_tune.common.contract import MANIFEST_DIR, RESULT_FILE, SPEC_FILE, d
 from airflow_tune.common.spec.errors import show
 from airflow_tune.common.spec.naming import StorageLocation, parse_storage_uri
 
-#: A registry's layout (airflow_tune.registries.s3.CHAMPION_FILE, its versions; registry_owner's owner record).
+#: A registry's layout (airflow_tune.registries.s3.CHAMPION_FILE, its versions; the registry's owner record).
 CHAMPION_FILE, VERSIONS_DIR, MODEL_FILE, CHECKPOINT_DIR = "champion.json", "versions", "model.json", "checkpoint"
 REGISTRY_OWNER_FILE = "owner.json"
 #: How many keys below a new experiment's folder are looked at, and S3's page size.

@@ -162,3 +162,11 @@ def wait_for_trials(proc: subprocess.Popen, log: Path, marker_dir: str, event: s
 
     wait_for(lambda: read_markers(marker_dir, event) or proc.poll() is not None, timeout, f"a {event} marker")
     assert proc.poll() is None, log.read_text()[-5000:]
+
+
+def jobs_of_run(dag_id: str, run_id: str) -> list[dict[str, Any]]:
+    """Every Ray job the head knows that any task of this DAG run submitted (mapped ones included)."""
+    from airflow_tune.common.contract import METADATA_OWNER
+    from airflow_tune.hooks.ray import RayHook
+
+    return RayHook().find_jobs({METADATA_OWNER["dag_id"]: dag_id, "airflow_run_id": run_id})

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from airflow_tune.exceptions import PromotionError
-from tests.e2e.dags.mlflow_model_cases import PYFUNC_REGISTRY, PYFUNC_S3_REGISTRY
+from tests.e2e.dags.mlflow_model_cases import BY_PATH_REGISTRY, PYFUNC_REGISTRY, PYFUNC_S3_REGISTRY
 from tests.e2e.helpers import load_dag, run_dag
 from tests.e2e.test_registry_mlflow import champion, promote_op, tag_map, versions
 from tests.integration.test_promote import put_checkpoint, run, tune_result
@@ -140,6 +140,78 @@ def test_a_promoted_version_is_an_mlflow_model_that_mlflow_loads_and_serves(rest
         download_model(f"models:/{name}@champion", str(tmp_path / "forged2"))
     with pytest.raises(PromotionError, match="storage was changed"):
         download_checkpoint(f"models:/{name}@champion")
+
+
+LOADER_PACKAGE = {
+    "__init__.py": "",
+    "loaders.py": (
+        "import os\n\nfrom aft_loader_pkg.sub.unpickle import read\n\n\n"
+        "def load_classifier(checkpoint_dir):\n    return read(os.path.join(checkpoint_dir, 'model.pkl'))['model']\n"
+    ),
+    "sub/__init__.py": "",
+    "sub/unpickle.py": (
+        "import pickle\n\n\ndef read(path):\n    with open(path, 'rb') as fh:\n        return pickle.load(fh)\n"
+    ),
+    ".env": "AWS_SECRET_ACCESS_KEY=fake-secret-that-must-stay-home\n",
+    "notes.txt": "private notes that must stay home\n",
+}
+LOAD_AND_PREDICT = """
+import json, sys
+import mlflow.pyfunc, numpy as np
+model = mlflow.pyfunc.load_model(sys.argv[1])
+import aft_loader_pkg.loaders
+print(json.dumps({"module": aft_loader_pkg.loaders.__file__,
+                  "predictions": [int(p) for p in model.predict(np.asarray(json.loads(sys.argv[2])))]}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_loader_by_import_path_carries_only_its_package_s_modules_and_loads(rest, s3, digits, tmp_path, monkeypatch):
+    """The loader's package holds a ``.env`` with a (fake) secret and notes: the model's ``code/`` has its Python
+    modules only, and the promoted model still loads and predicts in MLflow's own environment (where the package
+    is not installed: it comes from ``code/``)."""
+    import json
+    import subprocess
+
+    from airflow_tune.checkpoints import download_model
+
+    model, rows, _ = digits
+    expected = [int(p) for p in model.predict(rows)]
+    home = tmp_path / "worker"
+    for rel, text in LOADER_PACKAGE.items():
+        (home / "aft_loader_pkg" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / "aft_loader_pkg" / rel).write_text(text)
+    monkeypatch.syspath_prepend(str(home))  # the Airflow worker has the package
+
+    _, decision, _ = _promote("aft_pyfunc_by_path", s3, model)
+    assert decision["promoted"] is True and decision["mlflow_model"] == "pyfunc", decision
+    files = _objects(s3, decision["mlflow_model_uri"])
+    code = sorted(rel for rel in files if rel.startswith("code/"))
+    assert code == [
+        "code/aft_loader_pkg/__init__.py",
+        "code/aft_loader_pkg/loaders.py",
+        "code/aft_loader_pkg/sub/__init__.py",
+        "code/aft_loader_pkg/sub/unpickle.py",
+    ], code
+    assert not any(b"fake-secret" in body or b"private notes" in body for body in files.values())
+
+    name = BY_PATH_REGISTRY.removeprefix("models:/")
+    verified = download_model(f"models:/{name}@champion", str(tmp_path / "verified"))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": rest.url}
+    env.pop("PYTHONPATH", None)
+    for source in (verified, f"models:/{name}@champion"):
+        answer = subprocess.run(
+            [mlflow_python(), "-c", LOAD_AND_PREDICT, source, json.dumps(rows.tolist())],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=180,
+        )
+        assert answer.returncode == 0, answer.stderr[-3000:]
+        loaded = json.loads(answer.stdout.strip().splitlines()[-1])
+        assert loaded["predictions"] == expected
+        assert f"{os.sep}code{os.sep}aft_loader_pkg{os.sep}" in loaded["module"], loaded
 
 
 @pytest.mark.timeout(300)

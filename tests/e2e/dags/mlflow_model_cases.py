@@ -1,7 +1,7 @@
 """DAGs for the MLflow Model tests: a stand-in ``tune`` task hands the run's conf ``result`` to the real
 PromoteCheckpointOperator with a model loader written in this file, a function Airflow's loader (and the tests')
 imports under a module name no other process can import, so it travels by value; into MLflow's Model Registry and
-into an S3 registry."""
+into an S3 registry; and one named by import path, whose package travels in the model's ``code/``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from airflow_tune.operators.promote import PromoteCheckpointOperator
 
 PYFUNC_REGISTRY = "models:/aft-e2e-pyfunc"
 PYFUNC_S3_REGISTRY = "s3://airflow-tune/models/aft-e2e-pyfunc"
+BY_PATH_REGISTRY = "models:/aft-e2e-pyfunc-by-path"
+#: A loader named by import path: its package (which the test writes, beside a .env and notes) travels in code/.
+LOADER_PATH = "aft_loader_pkg.loaders:load_classifier"
 INPUT_EXAMPLE = [[0.0] * 64]
 
 
@@ -23,7 +26,7 @@ def load_classifier(checkpoint_dir):
         return pickle.load(fh)["model"]
 
 
-def promote_dag(dag_id: str, registry: str) -> DAG:
+def promote_dag(dag_id: str, registry: str, loader=load_classifier) -> DAG:
     with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
 
         @task
@@ -35,7 +38,7 @@ def promote_dag(dag_id: str, registry: str) -> DAG:
             result=tune(),
             registry_uri=registry,
             gate="always",
-            model_loader=load_classifier,
+            model_loader=loader,
             model_input_example=INPUT_EXAMPLE,
             model_requirements=["scikit-learn"],
         )
@@ -44,3 +47,4 @@ def promote_dag(dag_id: str, registry: str) -> DAG:
 
 pyfunc_mlflow = promote_dag("aft_pyfunc_mlflow", PYFUNC_REGISTRY)
 pyfunc_s3 = promote_dag("aft_pyfunc_s3", PYFUNC_S3_REGISTRY)
+pyfunc_by_path = promote_dag("aft_pyfunc_by_path", BY_PATH_REGISTRY, LOADER_PATH)

@@ -131,3 +131,33 @@ def test_the_folder_of_a_models_registry_version_is_in_its_experiment_s_manifest
     assert (
         model_folder_uri("s3://b/exp/", "20260101T000000Z-t1") == "s3://b/exp/.airflow_tune/models/20260101T000000Z-t1"
     )
+
+
+def test_only_the_loader_package_s_python_modules_travel_in_code(tmp_path):
+    package = tmp_path / "loader_pkg"
+    for rel, text in {
+        "__init__.py": "",
+        "loaders.py": "def load(d): ...\n",
+        "sub/__init__.py": "",
+        "sub/helpers.py": "X = 1\n",
+        ".env": "AWS_SECRET_ACCESS_KEY=fake\n",
+        "notes.txt": "private\n",
+        "config.yaml": "a: 1\n",
+        ".git/config": "[core]\n",
+        ".hidden/mod.py": "",
+        "__pycache__/loaders.cpython-311.pyc": "",
+        "sub/.secret.py": "",
+    }.items():
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_text(text)
+    outside = tmp_path / "outside.py"
+    outside.write_text("SECRET = 1\n")
+    (package / "linked.py").symlink_to(outside)
+    (package / "linked_dir").symlink_to(tmp_path / "loader_pkg" / "sub")
+
+    copied = mlflow_model.copy_modules(str(package), str(tmp_path / "code" / "loader_pkg"))
+    expected = ["__init__.py", "loaders.py", "sub/__init__.py", "sub/helpers.py"]
+    assert sorted(copied) == expected
+    dest = tmp_path / "code" / "loader_pkg"
+    found = sorted(str(p.relative_to(dest)) for p in dest.rglob("*"))
+    assert found == sorted([*expected, "sub"])

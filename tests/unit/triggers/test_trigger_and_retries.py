@@ -509,6 +509,8 @@ def test_restore_unproven_state_mapped_from_an_xcom_is_refused_and_a_literal_exp
 
     from airflow.sdk import DAG, task
 
+    from airflow_tune.trust.code import TUNE_CODE_ARGUMENTS, refuse_mapped_code
+
     @task
     def chosen() -> list[bool]:
         return [True]
@@ -523,7 +525,10 @@ def test_restore_unproven_state_mapped_from_an_xcom_is_refused_and_a_literal_exp
             mock.patch.object(RayTuneOperator, "has_dag", lambda _: True),
         ):
             if refused:
-                with pytest.raises(ValueError, match="restore_unproven_state came from an XCom through expand"):
-                    op.unproven_restore_allowed()
+                with pytest.raises(
+                    ValueError, match=r"mapped from an XCom through expand\(\)(.|\n)*restore_unproven_state"
+                ):
+                    refuse_mapped_code(op, TUNE_CODE_ARGUMENTS)
             else:
+                refuse_mapped_code(op, TUNE_CODE_ARGUMENTS)
                 assert op.unproven_restore_allowed() is True
