@@ -68,6 +68,7 @@ def build_tuner(
     for path in spec.allow_listed:
         resolve_allow_listed(path, "allow-listed code reference")
     keep_credentials_out_of_trials()
+    compat.read_trial_errors_as_text()
     callbacks = [*callbacks, *build_callbacks(spec)]  # the spec's after the engine's own
     trainable = with_output_upload(build_trainable(spec), spec)
     if experiment_state_exists(spec):
