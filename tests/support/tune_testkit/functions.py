@@ -147,3 +147,10 @@ def sample_inf(spec: object) -> list:
 def sized(config: dict, blob: str = "") -> dict:
     """Reports how much data its keyword argument carried."""
     return {"loss": float(config["x"]), "blob_len": len(blob)}
+
+
+def failing_for(config: dict) -> None:
+    """Reports once; the trial whose ``x`` is ``config["fail_x"]`` then raises, the others end."""
+    tune.report({"loss": float(config["x"])})
+    if config["x"] == config.get("fail_x"):
+        raise ValueError(f"boom: bad x={config['x']}")
