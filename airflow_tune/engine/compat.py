@@ -16,7 +16,8 @@ where it does not need to. What differs, read from the sources of 2.43.0, 2.50.1
   Tuner's RunConfig (:func:`tuner_run_config`), the Tuner's trials (:func:`tuner_trials`), a trial's actor
   (:func:`trial_actor_id`), Tune's handlers of the stop signals (:func:`watch_stop_signals`), and the policy a
   restored experiment runs with (:func:`apply_policy_on_resume`: Tune restores it from the experiment state, over
-  what the restored Tuner hands ``tune.run``).
+  what the restored Tuner hands ``tune.run``), where Tune reads an errored trial's error
+  (:func:`read_trial_errors_as_text`) and its saved state on a restore (:mod:`.compat_state`).
 - Nodes on one host share the folder Ray unpacks a ``working_dir`` into in 2.43 and 2.50 (a worker node's
   ``--temp-dir`` is ignored there), and a node that unpacks a package another node already unpacked deletes it
   first, under the driver that runs in it: :func:`leave_working_dir_package` moves the driver into a copy of its
@@ -46,6 +47,7 @@ __all__ = [
     "leave_working_dir_package",
     "log_domain_args",
     "ray_version",
+    "read_trial_errors_as_text",
     "stop_propagating",
     "trial_actor_id",
     "tuner_run_config",
@@ -136,6 +138,29 @@ def stop_propagating(names: tuple[str, ...]) -> None:
         )
     for name in names:
         propagated.discard(name)
+
+
+def read_trial_errors_as_text() -> None:
+    """Have Tune give an errored trial's error as the text of its ``error.txt``, never by unpickling its ``error.pkl``.
+
+    A ResultGrid (``fit()``, ``get_results()``) fills each errored trial's ``Result.error`` with
+    ``Trial.get_pickled_error()``, which ``cloudpickle.loads`` the trial's ``error.pkl`` from storage, else with
+    ``Trial.get_error()``, the text of ``error.txt`` beside it (``ResultGrid._populate_exception``, every supported
+    release). Storage is written by more than this driver, and Tune uploads its files before it reads them back, so
+    ``error.pkl`` is never read: ``error.txt`` holds the same text, and text is never code.
+    """
+    from ray.tune.experiment.trial import Trial
+
+    if not callable(getattr(Trial, "get_pickled_error", None)) or not callable(getattr(Trial, "get_error", None)):
+        raise EngineError(
+            f"cannot keep Tune from unpickling errored trials' error.pkl on Ray {ray_version()} (Trial has no "
+            "get_pickled_error/get_error here): run a Ray release airflow-tune supports"
+        )
+    setattr(Trial, "get_pickled_error", _no_pickled_error)  # noqa: B010 - patching a class
+
+
+def _no_pickled_error(self: Any) -> None:
+    return None
 
 
 def tuner_run_config(tuner: Any) -> Any:

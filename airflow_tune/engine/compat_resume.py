@@ -53,6 +53,9 @@ def apply_policy_on_resume(
         given.update({name: getattr(self, name) for name in RESUMED_POLICY})
         try:
             out = original_resume(self, resume_config)
+        except EngineError:  # the engine's own refusal (a read of unproven state): already says what and why
+            self._fail_fast = True
+            raise
         except Exception as exc:
             self._fail_fast = True
             raise unloadable_state(exc, "its experiment and search state", earlier_spec) from exc

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 import time
 from typing import Any
 
@@ -28,6 +29,7 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
     results = list(result_grid)
     for result in results:
         errored = result.error is not None
+        error = latest_failure(str(result.error)) if errored else None
         num_errored += errored
         trial_id = (result.metrics or {}).get("trial_id") or _trial_id_from_path(result.path)
         trials.append(
@@ -36,8 +38,8 @@ def build_result_manifest(spec: ExperimentSpec, result_grid: Any, *, job_id: str
                 "status": "ERROR" if errored else "TERMINATED",
                 "config": jsonable(result.config),
                 "metrics": jsonable_metrics(result.metrics, limit=20),
-                "error": _short_error(result.error) if errored else None,
-                "error_summary": error_summary(str(result.error)) if errored else None,
+                "error": _short_error(error) if error is not None else None,
+                "error_summary": error_summary(error) if error is not None else None,
                 "path": storage.with_scheme(spec.storage_path, result.path) if result.path else None,
                 NODE_ID: (result.metrics or {}).get(NODE_ID),
             }
@@ -119,7 +121,17 @@ def _trial_id_from_path(path: str | None) -> str | None:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _short_error(error: BaseException) -> str:
-    text = str(error).strip() or type(error).__name__
-    lines = text.splitlines()
+#: The line Tune writes into a trial's ``error.txt`` before each of its errors (``Trial.handle_error``).
+_FAILURE_HEADER = re.compile(r"^Failure # \d+ \(occurred at [^)\n]*\)$", re.MULTILINE)
+
+
+def latest_failure(text: str) -> str:
+    """A trial's last error from Tune's error text: ``error.txt`` holds every failure of the trial, each after its
+    own header line (the engine never unpickles ``error.pkl``: :func:`.compat.read_trial_errors_as_text`)."""
+    headers = list(_FAILURE_HEADER.finditer(text))
+    return text[headers[-1].end() :].strip("\n") if headers else text
+
+
+def _short_error(text: str) -> str:
+    lines = (text.strip() or "unknown error").splitlines()
     return "\n".join(lines[-8:])[:2000]

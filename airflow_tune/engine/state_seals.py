@@ -16,6 +16,11 @@ Where Tune writes them (the same code in every supported release, 2.43 to 2.60):
 - The rest: ``_ExperimentCheckpointManager.sync_up_experiment_state(save_fn)`` has ``save_fn`` write them into the
   driver's staging folder, then uploads that folder. The engine seals the folder's files after ``save_fn`` and before
   the upload, so every version storage can hold was sealed first (a kill between the two leaves the version before).
+
+Tune reads the state again after the engine's check (``Tuner.restore`` reads ``tuner.pkl`` and the newest experiment
+state, ``TuneController.resume`` reads that state once more and downloads the rest), so a check of the folder alone
+would leave a window between check and use. A :class:`ProvenState` is therefore also held to every one of those
+reads (:mod:`.compat_state` says where they are): the bytes Tune decodes are the bytes the submitter proved.
 """
 
 from __future__ import annotations
@@ -122,7 +127,8 @@ def parse_restore_state(text: str | None) -> dict[str, str] | None:
 
 def check_restore_state(experiment_uri: str, proven: Mapping[str, str] | None) -> None:
     """Raise unless the state files in the experiment folder are exactly the ``proven`` ones, byte for byte: read
-    again here, just before Tune reads them, so a file changed after the submitter's check is not restored."""
+    again here, before Tune reads them, so a file changed after the submitter's check is not restored (and what Tune
+    then reads is held to the same files: :class:`ProvenState`)."""
     found = {k: v for k, v in storage.file_digests(experiment_uri, recursive=False).items() if is_tune_state(k)}
     if proven is None:
         raise EngineError(
@@ -130,9 +136,69 @@ def check_restore_state(experiment_uri: str, proven: Mapping[str, str] | None) -
             "refusing to restore it, since restoring unpickles it"
         )
     if found != dict(proven):
-        changed = sorted(k for k in set(found) | set(proven) if found.get(k) != proven.get(k))
-        raise EngineError(
-            f"the Tune state at {experiment_uri} changed after the submitter proved it ({', '.join(changed[:5])}): "
-            "refusing to restore it, since restoring unpickles it; something other than this experiment's jobs "
-            "writes that folder"
+        raise _changed(experiment_uri, sorted(k for k in set(found) | set(proven) if found.get(k) != proven.get(k)))
+
+
+def _changed(experiment_uri: str, names: list[str]) -> EngineError:
+    return EngineError(
+        f"the Tune state at {experiment_uri} changed after the submitter proved it ({', '.join(names[:5])}): "
+        "refusing to restore it, since restoring unpickles it; something other than this experiment's jobs "
+        "writes that folder"
+    )
+
+
+#: The name of each snapshot of the experiment's state (``TuneController.CKPT_FILE_TMPL``, every supported release).
+EXPERIMENT_STATE = "experiment_state-"
+
+
+class ProvenState:
+    """The state files the submitter proved, ``{file name: digest}``, held to every read of them Tune's restore makes.
+
+    :meth:`check` raises unless the bytes Tune is about to decode are proven ones; a refusal is also kept in
+    :attr:`refusal`, because Tune swallows errors in one of those reads (the restored Tuner's ``ExperimentAnalysis``).
+    """
+
+    def __init__(self, experiment_uri: str, proven: Mapping[str, str]) -> None:
+        self.experiment_uri = experiment_uri
+        self.proven = dict(proven)
+        self.refusal: EngineError | None = None
+
+    def check(self, data: bytes | str, name: str | None = None) -> None:
+        """Raise unless ``data`` is the proven file ``name``; with no name, one proven snapshot of the experiment's
+        state (Tune picks the newest by name from a listing, and any proven one holds no code but this
+        experiment's). Text is checked as its UTF-8 bytes (a decoder given the file's decoded text)."""
+        digest = digest_of(data.encode() if isinstance(data, str) else bytes(data))
+        if name is not None:
+            if self.proven.get(name) == digest:
+                return
+        elif any(k.startswith(EXPERIMENT_STATE) and v == digest for k, v in self.proven.items()):
+            return
+        self.refusal = _changed(self.experiment_uri, [name] if name else self._changed_snapshots())
+        raise self.refusal
+
+    def check_folder(self, folder: str) -> None:
+        """Check every state file Tune downloaded directly into the local ``folder`` (its driver staging folder), by
+        name: the copies it is about to unpickle."""
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if is_tune_state(name) and os.path.isfile(path):
+                with open(path, "rb") as handle:
+                    self.check(handle.read(), name)
+
+    def raise_refusal(self) -> None:
+        """Raise the refusal of a read whose error Tune swallowed, if any."""
+        if self.refusal is not None:
+            raise self.refusal
+
+    def _changed_snapshots(self) -> list[str]:
+        """The experiment-state files that now differ from the proven ones, to name in the refusal."""
+        try:
+            found = storage.file_digests(self.experiment_uri, recursive=False)
+        except Exception:  # only to name the files: the refusal stands whatever the listing does
+            found = {}
+        names = sorted(
+            k
+            for k in set(found) | set(self.proven)
+            if k.startswith(EXPERIMENT_STATE) and found.get(k) != self.proven.get(k)
         )
+        return names or [f"the {EXPERIMENT_STATE}*.json Tune read"]

@@ -11,7 +11,7 @@ from ray import tune
 
 from airflow_tune.common import storage
 from airflow_tune.common.spec import ExperimentSpec
-from airflow_tune.engine import compat, compat_resume
+from airflow_tune.engine import compat, compat_resume, compat_state
 from airflow_tune.engine.build import (
     build_checkpoint_config,
     build_failure_config,
@@ -25,7 +25,7 @@ from airflow_tune.engine.build import (
 from airflow_tune.engine.callbacks import build_callbacks
 from airflow_tune.engine.imports import resolve_allow_listed
 from airflow_tune.engine.persisted_names import register_moved_modules
-from airflow_tune.engine.state_seals import check_restore_state
+from airflow_tune.engine.state_seals import ProvenState, check_restore_state
 from airflow_tune.engine.trial_output import apply_trial_output, with_output_upload
 
 
@@ -61,17 +61,21 @@ def build_tuner(
     """A new Tuner, or the experiment restored from storage when its state exists there; and whether restored.
 
     :param proven_state: the state files the submitter proved this experiment's jobs wrote (``--restore-state``):
-        restored only when the folder holds exactly those, byte for byte.
+        restored only when the folder holds exactly those, byte for byte, and Tune reads only those.
     :param earlier: the spec the experiment's last run recorded (``spec.json``), or None: where its time budget is.
     """
     refuse_tune_code(spec.to_dict())
     for path in spec.allow_listed:
         resolve_allow_listed(path, "allow-listed code reference")
     keep_credentials_out_of_trials()
+    compat.read_trial_errors_as_text()
     callbacks = [*callbacks, *build_callbacks(spec)]  # the spec's after the engine's own
     trainable = with_output_upload(build_trainable(spec), spec)
     if experiment_state_exists(spec):
         check_restore_state(spec.experiment_uri, proven_state)
+        # Tune reads the state again itself: each of its reads is held to what was just checked.
+        proven = ProvenState(spec.experiment_uri, proven_state or {})
+        compat_state.hold_state_reads(proven)
         register_moved_modules()
         experiment_path, storage_filesystem = storage.tune_storage(spec.experiment_uri)
         try:
@@ -86,6 +90,7 @@ def build_tuner(
             )
         except (ImportError, AttributeError) as exc:  # unpickling tuner.pkl: an earlier run's code is not here
             raise compat_resume.unloadable_state(exc, "tuner.pkl", earlier) from exc
+        proven.raise_refusal()
         # The restored Tuner keeps its pickled RunConfig, whose callbacks are the first run's: this driver runs new
         # ones, the spec's included.
         _replace_callbacks(tuner, callbacks)

@@ -9,8 +9,10 @@ throughout, the state of each job sealed in its own log."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -127,3 +129,40 @@ def test_a_chain_of_restores_is_proven_by_the_jobs_that_wrote_each_file(stack, t
     logs, manifest = jobs.run_ok(stack, spec)
     assert "[airflow-tune] restored experiment" in logs
     assert manifest["num_terminated"] == 3 and manifest["best_config"]["x"] == 3, manifest
+
+
+def _newest(spec: dict, prefix: str) -> str:
+    """The newest state file of ``prefix`` in the experiment's folder (by name, as Tune picks it)."""
+    return max(storage.glob_names(_folder(spec), prefix))
+
+
+@pytest.mark.parametrize("target", ["tuner.pkl", "experiment_state-", "basic-variant-state-"])
+def test_a_state_file_changed_after_the_engines_check_is_refused_when_tune_reads_it(stack, tmp_path, target):
+    """The engine checks the folder, then a writer of storage replaces a state file before Tune reads it: the one
+    ``Tuner.restore`` unpickles (``tuner.pkl``), the experiment state it decodes (a ``CLOUDPICKLE_FALLBACK`` value in
+    it is a pickle), or the searcher state Tune downloads and then unpickles. A test-only entrypoint
+    (``tune_testkit.state_swap``) makes the swap right after the engine's check. Each read Tune makes is held to the
+    proven files, so the job fails naming the file, and the pickle never runs."""
+    spec = _holding(_spec(stack, tmp_path, "swapped"), tmp_path, 2)
+    _stopped(stack, tmp_path, spec, x=2)
+    name = target if target == "tuner.pkl" else _newest(spec, target)
+    marker = tmp_path / "unpickled"
+    payload = pickle.dumps(_Marker(str(marker)))
+    if target == "experiment_state-":
+        payload = json.dumps({"_type": "CLOUDPICKLE_FALLBACK", "value": payload.hex()}).encode()
+    source = f"{spec['storage_path'].rstrip('/')}/attacker-{uuid.uuid4().hex[:8]}/{name}"
+    storage.write_bytes(source, payload)
+
+    swap = {"source": source, "target": f"{_folder(spec)}/{name}"}
+    runs = len(read_markers(str(tmp_path)))
+    job_id = jobs.submit(
+        stack, spec, engine="python -m tune_testkit.state_swap", env={"TUNE_TESTKIT_SWAP": json.dumps(swap)}
+    )
+    final = jobs.wait(stack, job_id, 120)
+    logs = jobs.logs(stack, job_id)
+    assert final == "FAILED", logs[-5000:]
+    assert "after the engine's check" in logs, logs[-5000:]  # the swap came after the check, which passed
+    assert f"changed after the submitter proved it ({name})" in logs, logs[-5000:]
+    assert len(read_markers(str(tmp_path))) == runs, "a trial ran from the refused state"
+    assert jobs.exit_code(stack, job_id) == 2
+    assert not marker.exists(), f"the driver unpickled the {name} a writer of storage put there"

@@ -56,14 +56,16 @@ def submit(
     package: str = PACKAGE,
     py_modules: list[str] | None = None,
     metadata: dict[str, str] | None = None,
+    engine: str = ENGINE_ENTRYPOINT,
 ) -> str:
     """Submit the engine for ``spec``; after an earlier job of the experiment, licensed to restore what it saved,
     with ``restore_state`` (default: :func:`proven_state`) as the state it may restore. ``package``: the
     airflow_tune folder the job ships (this tree's by default); ``py_modules``: more folders it ships;
-    ``metadata``: the job's (the operator's jobs name their experiment there)."""
+    ``metadata``: the job's (the operator's jobs name their experiment there); ``engine``: the command that runs the
+    engine (a test-only wrapper of it, from the testkit)."""
     job_id = job_id or f"tune-{spec['name']}-{uuid.uuid4().hex[:6]}"
     earlier = _earlier.get(spec["name"])
-    entrypoint = ENGINE_ENTRYPOINT
+    entrypoint = engine
     if earlier:
         state = proven_state(stack, spec) if restore_state is None else restore_state
         entrypoint += f" {RESTORE_AFTER} {earlier} {RESTORE_STATE} {shlex.quote(json.dumps(state))}"

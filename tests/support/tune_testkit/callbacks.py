@@ -51,3 +51,26 @@ def needs_a_missing_package() -> Any:
     import airflow_tune_no_such_package  # noqa: F401
 
     raise AssertionError("unreachable")
+
+
+class HoldAtEnd(tune.Callback):
+    """Holds the driver at the end of the experiment, after Tune's last upload of the experiment's files and before
+    it reads them back into the results: writes ``ready_uri``, then waits until ``go_uri`` exists (a test writes it
+    once it has done what it does at that point, e.g. change a file in storage as any of its writers could)."""
+
+    def __init__(self, ready_uri: str, go_uri: str, timeout_s: float = 120.0) -> None:
+        self.ready_uri = ready_uri
+        self.go_uri = go_uri
+        self.timeout_s = timeout_s
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        import time
+
+        from airflow_tune.common import storage
+
+        storage.write_json(self.ready_uri, {"trials": [t.trial_id for t in trials]})
+        deadline = time.monotonic() + self.timeout_s
+        while not storage.exists(self.go_uri):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nobody wrote {self.go_uri} in {self.timeout_s}s")
+            time.sleep(0.2)

@@ -158,3 +158,10 @@ def printing(config: dict) -> None:
     _hold(config, 0)
     if config.get("raise_note"):
         raise ValueError(f"bad note: {config['note']}")
+
+
+def failing_for(config: dict) -> None:
+    """Reports once; the trial whose ``x`` is ``config["fail_x"]`` then raises, the others end."""
+    tune.report({"loss": float(config["x"])})
+    if config["x"] == config.get("fail_x"):
+        raise ValueError(f"boom: bad x={config['x']}")
