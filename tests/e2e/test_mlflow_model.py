@@ -98,7 +98,7 @@ def test_a_promoted_version_is_an_mlflow_model_that_mlflow_loads_and_serves(rest
     name = PYFUNC_REGISTRY.removeprefix("models:/")
     assert decision["promoted"] is True and decision["mlflow_model"] == "pyfunc", decision
     folder = decision["mlflow_model_uri"]
-    assert folder.startswith(result["experiment_uri"] + "/.airflow_tune/models/"), folder
+    assert folder == f"s3://airflow-tune/mlflow-models/{name}/versions/{decision['version_name']}", folder
     version = next(v for v in versions(rest, name) if v["version"] == decision["version"])
     tags = tag_map(version)
     assert version["source"] == folder == tags["airflow_tune.model_uri"], "the version's source is the MLflow Model"
@@ -181,7 +181,12 @@ def test_a_checkpoint_that_is_an_mlflow_model_is_registered_as_it_is_and_a_bare_
     out, _ = run(promote_op(f"models:/{name}", {**tune_result(source, 0.2), "mlflow": None}))
     assert out["promoted"] is True and out["mlflow_model"] == "checkpoint", out
     [version] = versions(rest, name)
-    assert version["source"] == source, "registered as it is: its own folder is the source"
+    assert (
+        version["source"]
+        == out["uri"]
+        == f"s3://airflow-tune/mlflow-models/{name}/versions/{out['version_name']}/checkpoint"
+    )
+    assert _objects(s3, version["source"]) == files, "registered as it is: the version's copy of it is the source"
     loaded = mlflow.pyfunc.load_model(f"models:/{name}@champion")
     assert [int(p) for p in loaded.predict(rows)] == [int(p) for p in model.predict(rows)]
 
