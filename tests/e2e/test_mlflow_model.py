@@ -217,6 +217,11 @@ def test_one_experiment_promoted_into_two_mlflow_registries_gets_two_folders_out
     outcome = run_dag(load_dag("aft_pyfunc_two_registries", FILE), {"result": result}, logical_date=_date())
     assert outcome.state == "success", (outcome.task_states(), outcome.errors("promote_a"), outcome.errors("promote_b"))
 
+    # Both versions verify and load after both promotions, by version number and by alias.
+    for task_id, registry in zip(("promote_a", "promote_b"), TWO_REGISTRIES, strict=True):
+        verified = download_model(outcome.xcom(task_id)["model_uri"], str(tmp_path / task_id))
+        assert [int(p) for p in mlflow.pyfunc.load_model(verified).predict(rows)] == expected
+        assert [int(p) for p in load_model(f"{registry}@champion").predict(rows)] == expected
     folders = []
     for task_id, registry in zip(("promote_a", "promote_b"), TWO_REGISTRIES, strict=True):
         decision = outcome.xcom(task_id)
@@ -227,11 +232,6 @@ def test_one_experiment_promoted_into_two_mlflow_registries_gets_two_folders_out
         assert not folder.startswith(result["experiment_uri"] + "/"), "never under the experiment's folder"
         folders.append(folder)
     assert folders[0] != folders[1]
-    # Both versions verify and load after both promotions, by version number and by alias.
-    for task_id, registry in zip(("promote_a", "promote_b"), TWO_REGISTRIES, strict=True):
-        verified = download_model(outcome.xcom(task_id)["model_uri"], str(tmp_path / task_id))
-        assert [int(p) for p in mlflow.pyfunc.load_model(verified).predict(rows)] == expected
-        assert [int(p) for p in load_model(f"{registry}@champion").predict(rows)] == expected
     # The experiment's folder holds no model file of either.
     written = _objects(s3, result["experiment_uri"])
     assert not [k for k in written if k.endswith(("MLmodel", "python_model.pkl", "requirements.txt"))], sorted(written)
