@@ -2,7 +2,9 @@
 endpoint: the deploy's download verified against the content digest (ours) against the plain download (the
 baseline), and the engine's one read of the best checkpoint when the experiment ends, to take the digests, against
 the same plain download. Hashing runs over bytes the download already brings; the engine's read is the extra cost
-(see docs/security.rst)."""
+(see docs/security.rst). And the promotion's copy into a registry: streamed through the worker and every file proven
+on the way (ours, :func:`airflow_tune.registries.transfer.copy_proven`) against the server-side copy it replaced,
+which cannot see the bytes it registers (the baseline)."""
 
 from __future__ import annotations
 
@@ -35,6 +37,36 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - started
 
 
+def _server_side_copy(s3: Any, objects: list[dict[str, Any]], bucket: str, dest: str) -> None:
+    """The promotion's copy before issue 40: S3 copies each object itself (multipart in 64 MiB parts)."""
+    from boto3.s3.transfer import TransferConfig
+
+    config = TransferConfig(multipart_threshold=CHUNK, multipart_chunksize=CHUNK)
+    for obj in objects:
+        s3.copy({"Bucket": bucket, "Key": obj["Key"]}, bucket, f"{dest}/{obj['rel']}", Config=config)
+
+
+def promotion_copy(uri: str, digests: dict[str, str]) -> dict[str, float]:
+    """Seconds of the server-side copy (baseline) and of the streamed, proven copy (ours) of the checkpoint."""
+    import boto3
+
+    from airflow_tune.registries.s3 import list_checkpoint, split_s3_uri
+    from airflow_tune.registries.transfer import copy_proven
+
+    s3 = boto3.client("s3")
+    bucket, _ = split_s3_uri(uri)
+    objects = list_checkpoint(s3, uri)
+    registry = f"bench-registry-{uuid.uuid4().hex[:8]}"
+    return {
+        "promotion: server-side copy (before, baseline)": _timed(
+            lambda: _server_side_copy(s3, objects, bucket, f"{registry}/server-side")
+        ),
+        "promotion: streamed copy, every file proven (ours)": _timed(
+            lambda: copy_proven(s3, uri, objects, digests, bucket, f"{registry}/proven")
+        ),
+    }
+
+
 def main(stack_state: Any = None, total: int | None = None) -> dict[str, float]:
     assert stack_state is not None, "run through `python -m benchmarks`, which starts a local stack"
     from airflow_tune.checkpoints import download_checkpoint
@@ -57,10 +89,14 @@ def main(stack_state: Any = None, total: int | None = None) -> dict[str, float]:
         figures["download + verify the content digest (deploy, ours)"] = _timed(
             lambda: download_checkpoint(uri, f"{scratch}/verified", expected_digest=expected)
         )
+        copies = promotion_copy(uri, digests)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     base = figures["plain download (baseline)"]
     print(f"Proving the hand-off of a {total / 1024**3:.2f} GiB checkpoint (4 files, local S3 endpoint)")
     for name, seconds in figures.items():
         print(f"  {name:<55} {seconds:7.2f} s  ({seconds / base:.2f}x the plain download)")
-    return figures
+    server_side = copies["promotion: server-side copy (before, baseline)"]
+    for name, seconds in copies.items():
+        print(f"  {name:<55} {seconds:7.2f} s  ({seconds / server_side:.2f}x the server-side copy)")
+    return {**figures, **copies}

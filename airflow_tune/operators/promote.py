@@ -1,9 +1,10 @@
 """PromoteCheckpointOperator: promote a tuning winner into a model registry when it passes a gate.
 
-Two registries: one on S3 (``s3://bucket/models/<name>``, :mod:`airflow_tune.registries.s3`'s layout: the checkpoint is
-copied server-side and ``champion.json`` moves last, so a reader never sees a half-copied version), and MLflow's
+Two registries: one on S3 (``s3://bucket/models/<name>``, :mod:`airflow_tune.registries.s3`'s layout), and MLflow's
 Model Registry (``models:/<name>``, :mod:`airflow_tune.registries.mlflow`: a model version whose source is the
-checkpoint, and the ``champion`` alias moved last).
+version's own folder, and the ``champion`` alias moved last). Either way the checkpoint is copied through the worker
+and every file's bytes proven on the way (:mod:`airflow_tune.registries.transfer`) before anything else is written,
+and the pointer (``champion.json``, or the alias) moves last, so a reader never sees a half-copied version.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from airflow_tune.registries.mlflow import is_mlflow_uri, registered_model_name
 from airflow_tune.registries.s3 import (
     CHAMPION_FILE,
     check_listing,
-    copy_checkpoint,
     list_checkpoint,
     model_card,
     read_champion,
@@ -36,6 +36,7 @@ from airflow_tune.registries.s3 import (
     split_s3_uri,
     version_name,
 )
+from airflow_tune.registries.transfer import copy_proven
 from airflow_tune.registry import registry_asset
 from airflow_tune.trust import code
 from airflow_tune.utils.version_compat import SkipMixin
@@ -304,8 +305,15 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
             raise PromotionError(f"no objects found under the checkpoint {source}")
         registry_owner.claim_s3(s3, self.registry_uri, claim)
         version_prefix = f"{prefix}/versions/{version}"
-        copied = copy_checkpoint(
-            s3, str(source), bucket, f"{version_prefix}/{mlflow_model.CHECKPOINT_ARTIFACT}", objects=objects
+        # The bytes registered are the bytes read and proved: a file changed since the trial wrote it fails here,
+        # before model.json or champion.json is written.
+        copied = copy_proven(
+            s3,
+            str(source),
+            objects,
+            result.get(CHECKPOINT_FILES_KEY) or {},
+            bucket,
+            f"{version_prefix}/{mlflow_model.CHECKPOINT_ARTIFACT}",
         )
         model = model_card(context, result, version, copied)
         mlflow_uri, mlflow_digest = None, None

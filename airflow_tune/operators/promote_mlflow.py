@@ -2,10 +2,11 @@
 
 Order, each step safe to repeat: the registry's preflight; the checkpoint listed on S3 (its deterministic version
 name and its digest); the champion (alias ``champion``) and a version an earlier try registered (found by its
-``airflow_tune.version`` tag); the gate; only when it passes, the version registered (its source the checkpoint
-itself) and waited for until READY; the alias moved last; the Asset event. A try that fails anywhere leaves the alias
-where it was, and the next try reuses the version the failed one created. A retry after the alias moved finds its
-version already the champion and changes nothing.
+``airflow_tune.version`` tag); the gate; only when it passes, the checkpoint copied into the version's own folder,
+every file's bytes proven on the way (a changed one fails the task here, before any version or tag is written), the
+version registered (its source that folder) and waited for until READY; the alias moved last; the Asset event. A try
+that fails anywhere leaves the alias where it was, and the next try reuses the version the failed one created. A
+retry after the alias moved finds its version already the champion and changes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_tune.exceptions import PromotionError
 from airflow_tune.registries import owner as registry_owner
-from airflow_tune.registries.s3 import copy_checkpoint, list_checkpoint
+from airflow_tune.registries.s3 import list_checkpoint
 from airflow_tune.registries.s3 import version_name as version_of
 
 #: The version tag of the checkpoint's content digest.
@@ -81,8 +82,10 @@ class MLflowPromotion:
             registered_model_name,
             tagged_value,
             tags_of,
+            version_folder_uri,
             version_tags,
         )
+        from airflow_tune.registries.mlflow_model import CHECKPOINT_ARTIFACT
         from airflow_tune.registries.s3 import check_listing
 
         name = registered_model_name(self.registry_uri)
@@ -173,7 +176,7 @@ class MLflowPromotion:
         out.update(
             {
                 "version": number,
-                "uri": str(source),
+                "uri": f"{version_folder_uri(str(source), name, str(version_name))}/{CHECKPOINT_ARTIFACT}",
                 "model_uri": f"{MODELS_PREFIX}{name}/{number}",
                 "model_version_url": hook.model_version_url(name, number),
                 "mlflow_model": made.get(MODEL_TAG) or None,
@@ -195,21 +198,35 @@ class MLflowPromotion:
     def mlflow_model_source(
         self, result: dict[str, Any], version_name: str, objects: Sequence[dict[str, Any]], tags: dict[str, str]
     ) -> str:
-        """The new version's source, and its model tags (``tags`` updated): an MLflow Model built with the loader in
-        the experiment's ``.airflow_tune/models/<version name>/`` (the checkpoint's objects copied server-side to
-        its ``checkpoint/``), the checkpoint itself when it is an MLflow Model already, or the bare checkpoint."""
-        from airflow_tune.registries.mlflow import MODEL_DIGEST_TAG, MODEL_TAG, MODEL_URI_TAG, model_folder_uri
+        """The new version's source, and its model tags (``tags`` updated). The checkpoint is copied, its bytes
+        proven on the way (:func:`~airflow_tune.registries.transfer.copy_proven`), to ``checkpoint/`` of the
+        version's own folder (:func:`~airflow_tune.registries.mlflow.version_folder_uri`); the source is that folder
+        as an MLflow Model built with the loader, or the copy itself (an MLflow Model already, or a bare
+        checkpoint)."""
+        from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY
+        from airflow_tune.registries.mlflow import (
+            MODEL_DIGEST_TAG,
+            MODEL_TAG,
+            MODEL_URI_TAG,
+            registered_model_name,
+            version_folder_uri,
+        )
+        from airflow_tune.registries.mlflow_model import CHECKPOINT_ARTIFACT
         from airflow_tune.registries.s3 import split_s3_uri
+        from airflow_tune.registries.transfer import copy_proven
 
         source = str(result["best_checkpoint_uri"])
         kind = self.model_kind(result, self.registry_uri)
+        folder = version_folder_uri(source, registered_model_name(self.registry_uri), version_name)
+        bucket, prefix = split_s3_uri(folder)
+        s3 = self.s3_client()
+        files = result.get(CHECKPOINT_FILES_KEY) or {}
+        copy_proven(s3, source, objects, files, bucket, f"{prefix}/{CHECKPOINT_ARTIFACT}")
+        copy = f"{folder}/{CHECKPOINT_ARTIFACT}"
         if kind == "pyfunc":
-            s3 = self.s3_client()
-            bucket, prefix = split_s3_uri(model_folder_uri(str(result["experiment_uri"]), version_name))
-            copy_checkpoint(s3, source, bucket, f"{prefix}/checkpoint", objects=objects)
             uri, model_digest = self.write_model(s3, result, bucket, prefix, version_name)
             tags.update({MODEL_TAG: "pyfunc", MODEL_URI_TAG: uri, MODEL_DIGEST_TAG: model_digest})
             return uri
         if kind == "checkpoint":
-            tags.update({MODEL_TAG: "checkpoint", MODEL_URI_TAG: source, MODEL_DIGEST_TAG: tags[TAG_DIGEST]})
-        return source
+            tags.update({MODEL_TAG: "checkpoint", MODEL_URI_TAG: copy, MODEL_DIGEST_TAG: tags[TAG_DIGEST]})
+        return copy

@@ -1,9 +1,11 @@
 """The model registry in MLflow: ``registry_uri="models:/<name>"``.
 
-A promotion registers the winner as a version of the registered model ``<name>`` whose source is the checkpoint's
-own S3 location (nothing is copied), tagged with what it is (``airflow_tune.*``: the metric and its value, the
-config as JSON, the experiment, the Airflow run, the deterministic version name and the content digest of the
-checkpoint's files), and moves the alias ``champion`` to it last. Deploy tasks load ``models:/<name>@champion`` (or
+A promotion copies the winner's checkpoint (every file's bytes proven on the way) into a folder of the version's own,
+``s3://<bucket>/mlflow-models/<name>/versions/<version name>/`` (:func:`version_folder_uri`; with ``model_loader``
+the MLflow Model's files beside it), registers that folder as a version of the registered model ``<name>``, tagged
+with what it is (``airflow_tune.*``: the metric and its value, the config as JSON, the experiment, the Airflow run,
+the deterministic version name and the content digest of the checkpoint's files), and moves the alias ``champion``
+to it last. Deploy tasks load ``models:/<name>@champion`` (or
 ``models:/<name>/<version>``) through :mod:`airflow_tune.checkpoints`, which believes a version only as far as the
 Ray job of the experiment it names vouches for it, and verifies the bytes it downloads against the digest: neither
 the registry nor the storage is trusted.
@@ -236,13 +238,22 @@ def champion_config(hook: MLflowHook, uri: str) -> dict[str, Any] | None:
     return config
 
 
-def model_folder_uri(experiment_uri: str, version_name: str) -> str:
-    """Where a ``models:/`` promotion writes the MLflow Model of the version ``version_name``: in its experiment's
-    manifest folder, so the version's source lies inside the experiment its tags name."""
-    from airflow_tune.common.contract import MANIFEST_DIR, join_uri
-    from airflow_tune.registries.mlflow_model import MODELS_DIR
+#: Where a ``models:/`` registry's versions keep their files, in the bucket of the checkpoint they were promoted from:
+#: ``s3://<bucket>/mlflow-models/<registered model>/versions/<version name>/``. Outside every experiment's folder (the
+#: Ray nodes write those); written by the promote task only. A deployment lets only Airflow's credentials write it.
+VERSIONS_ROOT = "mlflow-models"
 
-    return join_uri(experiment_uri, MANIFEST_DIR, MODELS_DIR, version_name)
+
+def version_folder_uri(checkpoint_uri: str, name: str, version_name: str) -> str:
+    """The folder a ``models:/<name>`` promotion writes a version's files to (its checkpoint's copy under
+    ``checkpoint/``, and an MLflow Model's own files): one per registered model and version, so two registries
+    promoting the same experiment never share one."""
+    from airflow_tune.registries.s3 import split_s3_uri
+
+    bucket, _ = split_s3_uri(checkpoint_uri)
+    if name in (".", "..") or version_name in ("", ".", "..") or "/" in version_name:
+        raise PromotionError(f"model {name!r}, version {version_name!r}: not a name a folder can have")
+    return f"s3://{bucket}/{VERSIONS_ROOT}/{name}/versions/{version_name}"
 
 
 class ProvenVersion:
@@ -272,9 +283,10 @@ class ProvenVersion:
 def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, what: str) -> ProvenVersion:
     """A version's checkpoint and MLflow Model, when the version's experiment proves the checkpoint: tags are
     written by whoever may write the registry, so the checkpoint is believed only as far as the Ray job of the
-    experiment they name vouches for it (:func:`airflow_tune.registries.s3.prove_checkpoint`); an MLflow Model built
-    around it must lie where the promotion writes it, and its other files are believed by the digest the registry
-    records (registry write access is what guards the loader's code)."""
+    experiment they name vouches for it (:func:`airflow_tune.registries.s3.prove_checkpoint`); its files must lie in
+    the folder a promotion into this registered model writes (:func:`version_folder_uri`), and an MLflow Model's
+    other files are believed by the digest the registry records (registry write access is what guards the
+    loader's code)."""
     from airflow_tune.registries.mlflow_model import CHECKPOINT_ARTIFACT
     from airflow_tune.registries.s3 import prove_checkpoint
 
@@ -282,24 +294,23 @@ def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, wha
     where = f"version {version.version} of model {registry.name!r}"
     source, digest = version.source, tags.get(TAG + "checkpoint_digest")
     checkpoint, kind = tags.get(TAG + "checkpoint_uri"), tags.get(MODEL_TAG) or None
-    experiment_uri = tags.get(TAG + "experiment_uri")
-    if kind == "pyfunc":
-        expected = (
-            model_folder_uri(experiment_uri, tags.get(VERSION_TAG) or "")
-            if experiment_uri and tags.get(VERSION_TAG)
-            else None
-        )
-        if source != expected or tags.get(MODEL_URI_TAG) != source or not tags.get(MODEL_DIGEST_TAG):
-            raise PromotionError(
-                f"{where}: its source {str(source)[:300]!r} is not the MLflow Model folder a promotion of its "
-                "experiment writes, or it has no model digest: refusing to load it"
-            )
-    elif checkpoint != source or kind not in (None, "checkpoint"):
-        checkpoint = None
-    if not checkpoint or not digest or not experiment_uri:
+    experiment_uri, version_name = tags.get(TAG + "experiment_uri"), tags.get(VERSION_TAG)
+    if not checkpoint or not digest or not experiment_uri or not version_name:
         raise PromotionError(
-            f"{where} was not registered by airflow-tune (its source {str(source)[:300]!r} does not match its "
-            f"{TAG}checkpoint_uri tag, or it has no digest or experiment): refusing to load it"
+            f"{where} was not registered by airflow-tune (it has no {TAG}checkpoint_uri, checkpoint digest, "
+            "experiment or version tag): refusing to load it"
+        )
+    folder = version_folder_uri(checkpoint, registry.name, version_name)
+    copy = f"{folder}/{CHECKPOINT_ARTIFACT}"
+    expected = folder if kind == "pyfunc" else copy
+    if (
+        kind not in (None, "checkpoint", "pyfunc")
+        or source != expected
+        or (kind is not None and (tags.get(MODEL_URI_TAG) != source or not tags.get(MODEL_DIGEST_TAG)))
+    ):
+        raise PromotionError(
+            f"{where}: its source {str(source)[:300]!r} is not the folder a promotion into this registered model "
+            f"writes ({expected}), or it has no model digest: refusing to load it"
         )
     from airflow_tune.registries.owner import dags_of, read_mlflow_record
 
@@ -314,11 +325,9 @@ def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, wha
         dags=dags,
     )
     if kind == "pyfunc":
-        return ProvenVersion(
-            f"{source}/{CHECKPOINT_ARTIFACT}", str(digest), kind, str(source), tags[MODEL_DIGEST_TAG], what
-        )
+        return ProvenVersion(copy, str(digest), kind, str(source), tags[MODEL_DIGEST_TAG], what)
     model_uri = str(source) if kind == "checkpoint" else None
-    return ProvenVersion(str(source), str(digest), kind, model_uri, str(digest) if model_uri else None, what)
+    return ProvenVersion(copy, str(digest), kind, model_uri, str(digest) if model_uri else None, what)
 
 
 def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) -> tuple[str, str]:

@@ -1,15 +1,16 @@
 """The winner as an MLflow Model: a folder MLflow's own clients load (``mlflow.pyfunc.load_model``, ``mlflow models
 serve``, the MLflow runtimes of KServe and Seldon MLServer), built around the best checkpoint.
 
-Layout of a promoted model (``<model>`` is an S3 prefix: ``<experiment_uri>/.airflow_tune/models/<version>`` for a
-``models:/`` registry, ``<registry>/versions/<version>`` for an S3 one)::
+Layout of a promoted model (``<model>`` is the version's own S3 folder, written by the promote task and never under
+the experiment's: ``s3://<bucket>/mlflow-models/<name>/versions/<version>`` for a ``models:/<name>`` registry,
+``<registry>/versions/<version>`` for an S3 one)::
 
     <model>/MLmodel                 the python_function flavor; the artifact "checkpoint" is the folder below
     <model>/python_model.pkl        the loader, pickled by MLflow (cloudpickle)
     <model>/requirements.txt, python_env.yaml, conda.yaml   the environment MLflow records
     <model>/input_example.json, serving_input_example.json  when the DAG gives an input example
     <model>/code/...                the loader's package's Python modules, when the loader is named by import path
-    <model>/checkpoint/...          the best checkpoint's files, copied server-side (never downloaded)
+    <model>/checkpoint/...          the best checkpoint's files, streamed through the promote task and proven
 
 The loader is code, so it comes from the DAG file only (``model_loader=``, not a template field; one an
 ``expand()`` maps from an XCom is refused): a ``mlflow.pyfunc.PythonModel`` subclass, whose ``load_context`` reads
@@ -20,10 +21,10 @@ the Python modules of its top-level package travel in the model's ``code/`` fold
 files only, never a dotfile such as ``.env``, a dot-folder, ``__pycache__`` or a data file).
 
 The folder is built on the Airflow worker without the checkpoint's bytes (MLflow never runs the loader at save
-time here: the requirements are given, not inferred), then its files are uploaded and the checkpoint's objects
-copied beside them. Its digest (:func:`model_digest`) covers every file: the checkpoint's as the experiment's sealed
-result records them, the others as written; the registry records it, and :mod:`airflow_tune.checkpoints` verifies
-it. ``mlflow`` is imported only inside functions.
+time here: the requirements are given, not inferred), then its files are uploaded beside the checkpoint's copy.
+Its digest (:func:`model_digest`) covers every file: the checkpoint's as the experiment's sealed result records them
+(and the copy proved them), the others as written; the registry records it, and :mod:`airflow_tune.checkpoints`
+verifies it. ``mlflow`` is imported only inside functions.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ from airflow_tune.common.spec import IMPORT_PATH
 #: The checkpoint inside a model folder: the artifact's name and its path.
 CHECKPOINT_ARTIFACT = "checkpoint"
 MLMODEL_FILE = "MLmodel"
-#: Where a ``models:/`` registry's model folders go, inside the experiment's manifest folder.
-MODELS_DIR = "models"
 _TEMPLATE = ("{{", "{%", "{#")
 
 

@@ -2,7 +2,7 @@
 
 Layout under ``registry_uri`` (``s3://bucket/prefix``)::
 
-    versions/<version>/checkpoint/...   the checkpoint's objects, copied server-side
+    versions/<version>/checkpoint/...   the checkpoint's files, streamed through the promote task and hashed
     versions/<version>/model.json       config, metrics and provenance
     champion.json                       the pointer to the current champion, switched last
 
@@ -88,8 +88,8 @@ def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]:
 
 
 def check_listing(result: dict[str, Any], objects: Sequence[dict[str, Any]]) -> None:
-    """Refuse a checkpoint whose files are not the ones the trial wrote (added, removed or renamed since): the
-    server-side copy cannot see bytes, so deploy helpers verify those against the recorded digests."""
+    """Refuse a checkpoint whose files are not the ones the trial wrote (added, removed or renamed since), before
+    the gate; their bytes are checked as the promotion copies them (:mod:`airflow_tune.registries.transfer`)."""
     from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY, differences
 
     files = result.get(CHECKPOINT_FILES_KEY)
@@ -145,16 +145,19 @@ def prove_checkpoint(
 
 
 # -- a version's files, written by the promote task ------------------------------------------------------------
-#: Objects above this size are copied in parts (server side).
-MULTIPART_THRESHOLD = 64 * 1024 * 1024
 
 
 def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ()) -> str:
-    """Deterministic per checkpoint, so a retried promotion rewrites the same version.
+    """Deterministic per checkpoint, so a retried promotion rewrites the same version, and distinct per experiment,
+    so another experiment's checkpoint of the same trial id and stamp is never taken for the champion (the
+    "already the champion" shortcut of a retry skips the gate).
 
-    Stamped with the result's ``finished_at`` when it has one, else with the newest ``LastModified`` of the
-    checkpoint's objects (the XCom result has no time of its own), then the trial id.
+    ``<stamp>-<trial id>-<experiment>``: the stamp is the result's ``finished_at`` when it has one, else the newest
+    ``LastModified`` of the checkpoint's objects (the XCom result has no time of its own); the experiment is the first
+    12 hex digits of the sha256 of its URI (``experiment_uri``, else its name).
     """
+    import hashlib
+
     stamp: datetime | None = None
     if result.get("finished_at"):
         stamp = datetime.fromtimestamp(float(result["finished_at"]), tz=timezone.utc)
@@ -164,30 +167,11 @@ def version_name(result: dict[str, Any], objects: Sequence[dict[str, Any]] = ())
             stamp = max(times).astimezone(timezone.utc)
     if stamp is None:
         raise PromotionError("cannot name the version: the result has no finished_at and no listed objects")
-    return f"{stamp:%Y%m%dT%H%M%SZ}-{result.get('best_trial_id') or 'trial'}"
-
-
-def copy_checkpoint(
-    s3: Any,
-    source_uri: str,
-    bucket: str,
-    dest_prefix: str,
-    objects: Sequence[dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """Server-side copy of every object under ``source_uri`` (multipart for large ones); no download."""
-    from boto3.s3.transfer import TransferConfig
-
-    src_bucket, _ = split_s3_uri(source_uri)
-    if objects is None:
-        objects = list_checkpoint(s3, source_uri)
-    if not objects:
-        raise PromotionError(f"no objects found under the checkpoint {source_uri}")
-    config = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
-    copied = []
-    for obj in objects:
-        s3.copy({"Bucket": src_bucket, "Key": obj["Key"]}, bucket, f"{dest_prefix}/{obj['rel']}", Config=config)
-        copied.append({"key": obj["rel"], "size": obj["Size"], "etag": obj.get("ETag")})
-    return copied
+    experiment = str(result.get("experiment_uri") or result.get("experiment") or "")
+    if not experiment:
+        raise PromotionError("cannot name the version: the result names no experiment")
+    tag = hashlib.sha256(experiment.encode()).hexdigest()[:12]
+    return f"{stamp:%Y%m%dT%H%M%SZ}-{result.get('best_trial_id') or 'trial'}-{tag}"
 
 
 def model_card(context: Any, result: dict[str, Any], version: str, copied: list[dict[str, Any]]) -> dict[str, Any]:

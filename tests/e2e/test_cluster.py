@@ -161,12 +161,14 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     # alias on it.
     decision = run.xcom("promote")
     assert decision["promoted"] is True and decision["version"] == "1", decision
-    assert decision["model_uri"] == "models:/digits/1" and decision["uri"] == result["best_checkpoint_uri"]
+    assert decision["model_uri"] == "models:/digits/1"
+    assert decision["uri"] == f"{decision['mlflow_model_uri']}/checkpoint", "the version's own copy of the checkpoint"
     assert decision["mlflow_model"] == "pyfunc", decision
     rest = MlflowRest(str(state.mlflow_url))
     alias = rest.get("registered-models/alias", name="digits", alias="champion")["model_version"]
     assert alias["version"] == "1" and alias["source"] == decision["mlflow_model_uri"]
-    assert alias["source"].startswith(result["experiment_uri"] + "/.airflow_tune/models/")
+    assert "/mlflow-models/digits/versions/" in alias["source"]
+    assert not alias["source"].startswith(result["experiment_uri"]), "never under the experiment's folder"
     # The trials were tracked on the same server (the examples track when the registry is MLflow's): a run per trial
     # under the DAG run's parent run, and the version names the best trial's run.
     tracking = result["mlflow"]

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from airflow_tune.exceptions import PromotionError
-from tests.e2e.dags.mlflow_model_cases import BY_PATH_REGISTRY, PYFUNC_REGISTRY, PYFUNC_S3_REGISTRY
+from tests.e2e.dags.mlflow_model_cases import BY_PATH_REGISTRY, PYFUNC_REGISTRY, PYFUNC_S3_REGISTRY, TWO_REGISTRIES
 from tests.e2e.helpers import load_dag, run_dag
 from tests.e2e.test_registry_mlflow import champion, promote_op, tag_map, versions
 from tests.integration.test_promote import put_checkpoint, run, tune_result
@@ -98,7 +98,7 @@ def test_a_promoted_version_is_an_mlflow_model_that_mlflow_loads_and_serves(rest
     name = PYFUNC_REGISTRY.removeprefix("models:/")
     assert decision["promoted"] is True and decision["mlflow_model"] == "pyfunc", decision
     folder = decision["mlflow_model_uri"]
-    assert folder.startswith(result["experiment_uri"] + "/.airflow_tune/models/"), folder
+    assert folder == f"s3://airflow-tune/mlflow-models/{name}/versions/{decision['version_name']}", folder
     version = next(v for v in versions(rest, name) if v["version"] == decision["version"])
     tags = tag_map(version)
     assert version["source"] == folder == tags["airflow_tune.model_uri"], "the version's source is the MLflow Model"
@@ -253,7 +253,12 @@ def test_a_checkpoint_that_is_an_mlflow_model_is_registered_as_it_is_and_a_bare_
     out, _ = run(promote_op(f"models:/{name}", {**tune_result(source, 0.2), "mlflow": None}))
     assert out["promoted"] is True and out["mlflow_model"] == "checkpoint", out
     [version] = versions(rest, name)
-    assert version["source"] == source, "registered as it is: its own folder is the source"
+    assert (
+        version["source"]
+        == out["uri"]
+        == f"s3://airflow-tune/mlflow-models/{name}/versions/{out['version_name']}/checkpoint"
+    )
+    assert _objects(s3, version["source"]) == files, "registered as it is: the version's copy of it is the source"
     loaded = mlflow.pyfunc.load_model(f"models:/{name}@champion")
     assert [int(p) for p in loaded.predict(rows)] == [int(p) for p in model.predict(rows)]
 
@@ -264,3 +269,41 @@ def test_a_checkpoint_that_is_an_mlflow_model_is_registered_as_it_is_and_a_bare_
     out, _ = run(op)
     assert out["promoted"] is True and out["mlflow_model"] is None
     assert any("bare Tune checkpoint: MLflow's clients" in s and "cannot load it" in s for s in said), said
+
+
+@pytest.mark.timeout(420)
+def test_one_experiment_promoted_into_two_mlflow_registries_gets_two_folders_outside_the_experiment(
+    rest, s3, digits, tmp_path
+):
+    """Each registered model and version has a folder of its own, written by the promote task outside the experiment
+    the Ray nodes write: the second promotion does not overwrite the first's files, so both versions verify and
+    load (issue 40; on main both wrote ``<experiment>/.airflow_tune/models/<version name>``)."""
+    import mlflow.pyfunc
+
+    from airflow_tune.checkpoints import download_model, load_model
+
+    model, rows, _ = digits
+    expected = [int(p) for p in model.predict(rows)]
+    source = put_checkpoint(s3, {"model.pkl": pickle.dumps({"model": model})})
+    result = sealed_result({**tune_result(source, 0.1), "mlflow": None}, "aft_pyfunc_two_registries")
+    outcome = run_dag(load_dag("aft_pyfunc_two_registries", FILE), {"result": result}, logical_date=_date())
+    assert outcome.state == "success", (outcome.task_states(), outcome.errors("promote_a"), outcome.errors("promote_b"))
+
+    # Both versions verify and load after both promotions, by version number and by alias.
+    for task_id, registry in zip(("promote_a", "promote_b"), TWO_REGISTRIES, strict=True):
+        verified = download_model(outcome.xcom(task_id)["model_uri"], str(tmp_path / task_id))
+        assert [int(p) for p in mlflow.pyfunc.load_model(verified).predict(rows)] == expected
+        assert [int(p) for p in load_model(f"{registry}@champion").predict(rows)] == expected
+    folders = []
+    for task_id, registry in zip(("promote_a", "promote_b"), TWO_REGISTRIES, strict=True):
+        decision = outcome.xcom(task_id)
+        assert decision["promoted"] is True and decision["mlflow_model"] == "pyfunc", decision
+        folder = decision["mlflow_model_uri"]
+        name = registry.removeprefix("models:/")
+        assert folder == f"s3://airflow-tune/mlflow-models/{name}/versions/{decision['version_name']}", folder
+        assert not folder.startswith(result["experiment_uri"] + "/"), "never under the experiment's folder"
+        folders.append(folder)
+    assert folders[0] != folders[1]
+    # The experiment's folder holds no model file of either.
+    written = _objects(s3, result["experiment_uri"])
+    assert not [k for k in written if k.endswith(("MLmodel", "python_model.pkl", "requirements.txt"))], sorted(written)

@@ -75,6 +75,15 @@ def promote_op(registry: str, result: Any, cls: type = PromoteCheckpointOperator
         return cls(task_id="promote", result=sealed_result(result, dag_id), registry_uri=registry, **kwargs)
 
 
+def _objects(s3: Any, uri: str) -> dict[str, bytes]:
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            out[obj["Key"][len(prefix) + 1 :]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+    return out
+
+
 def tag_map(version: dict[str, Any]) -> dict[str, str]:
     return {t["key"]: t["value"] for t in version.get("tags", [])}
 
@@ -121,7 +130,11 @@ def test_the_winner_becomes_a_tagged_version_with_the_checkpoint_as_source_then_
     assert out["promoted"] is True and "no champion yet" in out["reason"], out
     [version] = versions(rest, name)
     assert out["version"] == version["version"] == "1" and out["model_uri"] == f"models:/{name}/1"
-    assert out["uri"] == source == version["source"], "the checkpoint itself is the source: nothing copied"
+    # The source is the version's own copy of the checkpoint (proven as it was copied), outside the experiment.
+    folder = f"s3://{BUCKET}/mlflow-models/{name}/versions/{out['version_name']}"
+    assert out["uri"] == version["source"] == f"{folder}/checkpoint", version["source"]
+    assert not version["source"].startswith(result["experiment_uri"])
+    assert _objects(s3, out["uri"]) == {"w.bin": b"weights", "meta/m.json": b"{}"}
     assert champion(rest, name) == "1"
     tags = tag_map(version)
     assert (
@@ -431,7 +444,7 @@ def test_download_and_load_from_the_alias_or_a_version_and_refuse_what_we_did_no
     ours = tag_map(versions(rest, name)[0])
     other = put_checkpoint(s3, {"w.bin": b"evil"})
     register_foreign(rest, name, other, ours)
-    with pytest.raises(PromotionError, match="does not match its airflow_tune.checkpoint_uri tag"):
+    with pytest.raises(PromotionError, match="is not the folder a promotion into this registered model writes"):
         load_checkpoint(f"models:/{name}@champion")
 
     # A registry writer's version, every tag self-consistent: a planted checkpoint, its true content digest, and a
@@ -452,13 +465,17 @@ def test_download_and_load_from_the_alias_or_a_version_and_refuse_what_we_did_no
         # The digest main checked before (of the listing: key, size, ETag), computed by the writer of the tags.
         "airflow_tune.checkpoint_digest": _listing_digest(s3, planted),
     }
-    register_foreign(rest, name, planted, forged_tags)
+    from airflow_tune.registries.mlflow import version_folder_uri
+
+    register_foreign(
+        rest, name, version_folder_uri(planted, name, ours["airflow_tune.version"]) + "/checkpoint", forged_tags
+    )
     with pytest.raises(PromotionError, match="is not proven by the experiment it names.*unknown to the cluster"):
         download_checkpoint(f"models:/{name}@champion", str(tmp_path / "forged"))
     assert not (tmp_path / "forged").exists()
 
-    # Our version, but the checkpoint in storage changed since: refused.
-    bucket, key = source[len("s3://") :].split("/", 1)
+    # Our version, but its checkpoint's copy in storage changed since: refused.
+    bucket, key = out["uri"][len("s3://") :].split("/", 1)
     s3.put_object(Bucket=bucket, Key=f"{key}/w.bin", Body=b"tampered")
     with pytest.raises(PromotionError, match="are not the ones its trial wrote"):
         download_checkpoint(out["model_uri"], str(tmp_path / "e"))

@@ -167,6 +167,13 @@ def tune_result(
     }
 
 
+def op_files(files: dict[str, bytes]) -> dict[str, str]:
+    """``{relative path: "sha256:<hex>"}`` of the files' bytes."""
+    import hashlib
+
+    return {rel: "sha256:" + hashlib.sha256(body).hexdigest() for rel, body in files.items()}
+
+
 def objects_under(s3: Any, uri: str) -> dict[str, bytes]:
     bucket, prefix = promote_module.split_s3_uri(uri)
     out = {}
@@ -192,11 +199,13 @@ def seed_champion(s3: Any, registry: str, value: float, mode: str = "min") -> by
 
 
 @pytest.mark.timeout(90)
-def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipart_one(s3_calls, reader, monkeypatch):
-    monkeypatch.setattr("airflow_tune.registries.s3.MULTIPART_THRESHOLD", 5 * MIB + 1)
+def test_every_object_is_copied_through_the_worker_with_equal_bytes_including_a_multipart_one(
+    s3_calls, reader, monkeypatch
+):
+    monkeypatch.setattr("airflow_tune.registries.transfer.PART", 5 * MIB)
     files = {
         "state.json": b'{"step": 2}',
-        "model.bin": os.urandom(6 * MIB),  # > threshold: CreateMultipartUpload + UploadPartCopy x2
+        "model.bin": os.urandom(6 * MIB),  # > one part: CreateMultipartUpload + UploadPart x2
         "nested/deeper/weights.npy": os.urandom(4096),
         "empty.txt": b"",
         "nested/": b"",  # pyarrow's folder marker: not a file of the checkpoint
@@ -225,18 +234,21 @@ def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipa
     assert pointer["version"] == out["version"] and pointer["uri"] == out["uri"] and pointer["value"] == 0.25
     assert pointer["config"] == {"x": 2.5, "lr": 0.01}
 
-    # Server-side: copies, one multipart copy in 5 MiB+ parts, and no byte of the checkpoint read or uploaded.
+    # Through the worker: each checkpoint file read once (GetObject) and written once, the large one in 5 MiB parts;
+    # no server-side copy (it cannot see the bytes it registers).
     ops = s3_calls.ops()
-    checkpoint_keys = {f"{promote_module.split_s3_uri(source)[1]}/{rel}" for rel in expected}
-    assert not [(op, key) for op, key in ops if key in checkpoint_keys and op in ("GetObject", "PutObject")]
-    assert not [op for op, _ in ops if op == "UploadPart"]
+    source_prefix = promote_module.split_s3_uri(source)[1]
+    checkpoint_keys = {f"{source_prefix}/{rel}" for rel in expected}
+    assert sorted(key for op, key in ops if op == "GetObject" and key in checkpoint_keys) == sorted(checkpoint_keys)
+    assert not [op for op, _ in ops if op in ("CopyObject", "UploadPartCopy")]
     dest = promote_module.split_s3_uri(out["uri"])[1]
-    assert sorted(key for op, key in ops if op == "CopyObject") == sorted(
+    assert [key for op, key in ops if op == "UploadPart"] == [f"{dest}/model.bin"] * 2
+    assert [key for op, key in ops if op == "CompleteMultipartUpload"] == [f"{dest}/model.bin"]
+    assert sorted(key for op, key in ops if op == "PutObject" and key.startswith(f"{dest}/")) == sorted(
         f"{dest}/{rel}" for rel in expected if rel != "model.bin"
     )
-    assert [key for op, key in ops if op == "UploadPartCopy"] == [f"{dest}/model.bin"] * 2
-    assert [key for op, key in ops if op == "CompleteMultipartUpload"] == [f"{dest}/model.bin"]
-    puts = [key for op, key in ops if op == "PutObject"]
+    assert {f["key"]: f["digest"] for f in model["files"]} == op_files(expected)
+    puts = [key for op, key in ops if op == "PutObject" and not key.startswith(f"{dest}/")]
     registry_prefix = promote_module.split_s3_uri(registry)[1]  # the owner record first: the registry's first promotion
     assert puts == [
         f"{registry_prefix}/owner.json",
@@ -251,7 +263,7 @@ def test_every_object_is_copied_server_side_with_equal_bytes_including_a_multipa
 
 @pytest.mark.timeout(90)
 def test_the_pointer_moves_last_and_a_reader_following_it_always_finds_every_file(s3_calls, reader, monkeypatch):
-    monkeypatch.setattr("airflow_tune.registries.s3.MULTIPART_THRESHOLD", 5 * MIB + 1)
+    monkeypatch.setattr("airflow_tune.registries.transfer.PART", 5 * MIB)
     registry = registry_uri()
     bucket, prefix = promote_module.split_s3_uri(registry)
     seen: list[str | None] = []
@@ -292,7 +304,7 @@ def test_the_pointer_moves_last_and_a_reader_following_it_always_finds_every_fil
             if key and key.startswith(f"{prefix}/versions/{version}/")
         ]
         assert mine and all(i < put_index for i, _, _ in mine), (version, mine, put_index)
-        assert {op for _, _, op in mine} >= {"CopyObject", "UploadPartCopy", "CompleteMultipartUpload", "PutObject"}
+        assert {op for _, _, op in mine} >= {"UploadPart", "CompleteMultipartUpload", "PutObject"}
         ends = [i for i, ph, _ in mine if ph == "end"]
         starts = [i for i, ph, _ in mine if ph == "start"]
         assert len(ends) == len(starts), "every copy and the model.json write ended before the pointer moved"
@@ -535,3 +547,66 @@ def test_the_champion_loads_only_proven_and_byte_for_byte_as_the_trial_wrote_it(
     reader.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=json.dumps(pointer).encode())
     with pytest.raises(PromotionError, match="outside its registry|not proven"):
         champion_checkpoint(registry)
+
+
+# -- the promotion registers only bytes it read and proved (issue 40) ------------------------------------------------
+
+
+class _Marker:
+    """Unpickling this leaves a file: proof that someone ran ``pickle.loads`` on it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        return (open, (self.path, "w"))
+
+
+def _registry_keys(reader: Any, registry: str) -> list[str]:
+    bucket, prefix = promote_module.split_s3_uri(registry)
+    listed = reader.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
+    return sorted(obj["Key"][len(prefix) + 1 :] for obj in listed)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("changed", ["model.pkl", "big.bin"])
+def test_a_checkpoint_file_changed_after_the_experiment_ended_is_refused_and_nothing_is_registered(
+    reader, tmp_path, monkeypatch, changed
+):
+    """The copy hashes the bytes it reads: a file rewritten in storage after the trial wrote it (a small one written
+    with one put, a large one in parts) fails the promotion naming it; what was copied is deleted, no multipart upload
+    is left open, and neither model.json nor champion.json is written. Nothing unpickles the planted file."""
+    import pickle
+
+    monkeypatch.setattr("airflow_tune.registries.transfer.PART", 5 * MIB)
+    marker = tmp_path / "attacker-ran"
+    source = put_checkpoint(reader, {"big.bin": os.urandom(6 * MIB), "model.pkl": pickle.dumps({"w": [1.0]})})
+    registry = registry_uri()
+    op = operator(registry, tune_result(source, 0.5), gate="always")  # sealed: the trial's bytes are recorded
+    planted = pickle.dumps(_Marker(str(marker))) if changed == "model.pkl" else os.urandom(6 * MIB)
+    reader.put_object(Bucket=BUCKET, Key=f"{promote_module.split_s3_uri(source)[1]}/{changed}", Body=planted)
+
+    with pytest.raises(PromotionError, match=rf"changed in storage after its trial wrote it: the bytes of '{changed}'"):
+        run(op)
+    assert _registry_keys(reader, registry) == ["owner.json"], "no version, no model.json, no champion.json"
+    bucket, prefix = promote_module.split_s3_uri(registry)
+    assert not reader.list_multipart_uploads(Bucket=bucket, Prefix=f"{prefix}/").get("Uploads")
+    assert not marker.exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_file_added_to_a_checkpoint_after_the_experiment_ended_is_refused_and_nothing_is_registered(reader, tmp_path):
+    import pickle
+
+    marker = tmp_path / "attacker-ran"
+    source = put_checkpoint(reader, {"model.pkl": pickle.dumps({"w": [1.0]})})
+    registry = registry_uri()
+    op = operator(registry, tune_result(source, 0.5), gate="always")
+    added = pickle.dumps(_Marker(str(marker)))
+    reader.put_object(Bucket=BUCKET, Key=f"{promote_module.split_s3_uri(source)[1]}/loader.pkl", Body=added)
+    with pytest.raises(
+        PromotionError, match="holds other files than its trial wrote.*not written by the trial: 'loader.pkl'"
+    ):
+        run(op)
+    assert _registry_keys(reader, registry) == []
+    assert not marker.exists()

@@ -46,5 +46,27 @@ def promote_dag(dag_id: str, registry: str, loader=load_classifier) -> DAG:
 
 
 pyfunc_mlflow = promote_dag("aft_pyfunc_mlflow", PYFUNC_REGISTRY)
+
+# One experiment promoted into two MLflow registries, the second with other requirements (so other model files).
+TWO_REGISTRIES = ("models:/aft-e2e-pyfunc-a", "models:/aft-e2e-pyfunc-b")
+with DAG("aft_pyfunc_two_registries", schedule=None, catchup=False, tags=["test"]) as pyfunc_two_registries:
+
+    @task
+    def tune_two() -> dict:
+        return dict(get_current_context()["dag_run"].conf["result"])
+
+    result_two = tune_two()
+    for suffix, registry, requirements in zip(
+        "ab", TWO_REGISTRIES, (["scikit-learn"], ["scikit-learn", "numpy"]), strict=True
+    ):
+        PromoteCheckpointOperator(
+            task_id=f"promote_{suffix}",
+            result=result_two,
+            registry_uri=registry,
+            gate="always",
+            model_loader=load_classifier,
+            model_input_example=INPUT_EXAMPLE,
+            model_requirements=requirements,
+        )
 pyfunc_s3 = promote_dag("aft_pyfunc_s3", PYFUNC_S3_REGISTRY)
 pyfunc_by_path = promote_dag("aft_pyfunc_by_path", BY_PATH_REGISTRY, LOADER_PATH)

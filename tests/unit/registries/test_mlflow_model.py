@@ -101,21 +101,46 @@ def _version(source: str, **tags: str) -> SimpleNamespace:
     return SimpleNamespace(version="3", source=source, tags={f"airflow_tune.{k}": v for k, v in tags.items()})
 
 
+OWN = "s3://b/mlflow-models/m/versions/v1"
+
+
 @pytest.mark.parametrize(
     ("source", "tags"),
     [
-        # an MLflow Model folder anywhere but where its experiment's promotion writes it
+        # an MLflow Model folder anywhere but where a promotion into this registered model writes it
         (
             "s3://b/elsewhere/m",
             {"model": "pyfunc", "model_uri": "s3://b/elsewhere/m", "model_digest": "sha256:x", "version": "v1"},
         ),
+        # where promotions wrote it before: inside the experiment's folder, which the cluster can write
+        (
+            "s3://b/exp/.airflow_tune/models/v1",
+            {
+                "model": "pyfunc",
+                "model_uri": "s3://b/exp/.airflow_tune/models/v1",
+                "model_digest": "sha256:x",
+                "version": "v1",
+            },
+        ),
+        # another registered model's folder for the same version
+        (
+            "s3://b/mlflow-models/other/versions/v1",
+            {
+                "model": "pyfunc",
+                "model_uri": "s3://b/mlflow-models/other/versions/v1",
+                "model_digest": "sha256:x",
+                "version": "v1",
+            },
+        ),
         # the right folder, without the digest of its files
-        ("s3://b/exp/.airflow_tune/models/v1", {"model": "pyfunc", "model_uri": "s3://b/exp/.airflow_tune/models/v1"}),
-        # a source that is neither the checkpoint nor a model of ours
-        ("s3://b/exp/other", {"model": "checkpoint"}),
+        (OWN, {"model": "pyfunc", "model_uri": OWN, "version": "v1"}),
+        # a bare checkpoint registered from the experiment itself (not a copy the promotion proved)
+        ("s3://b/exp/t/checkpoint_1", {"version": "v1"}),
+        # a source that is neither the copy nor a model of ours
+        ("s3://b/exp/other", {"model": "checkpoint", "version": "v1"}),
     ],
 )
-def test_a_version_whose_model_is_not_where_its_promotion_writes_it_is_refused_before_any_read(source, tags):
+def test_a_version_whose_files_are_not_where_its_promotion_writes_them_is_refused_before_any_read(source, tags):
     from airflow_tune.registries.mlflow import proven_version
 
     tags = {"checkpoint_uri": "s3://b/exp/t/checkpoint_1", "checkpoint_digest": "sha256:c", **tags}
@@ -125,12 +150,17 @@ def test_a_version_whose_model_is_not_where_its_promotion_writes_it_is_refused_b
         proven_version(registry, version, "ray_default", "models:/m@champion")  # type: ignore[arg-type]
 
 
-def test_the_folder_of_a_models_registry_version_is_in_its_experiment_s_manifest_folder():
-    from airflow_tune.registries.mlflow import model_folder_uri
+def test_each_registered_model_and_version_has_a_folder_of_its_own_outside_the_experiment():
+    from airflow_tune.registries.mlflow import version_folder_uri
 
-    assert (
-        model_folder_uri("s3://b/exp/", "20260101T000000Z-t1") == "s3://b/exp/.airflow_tune/models/20260101T000000Z-t1"
-    )
+    checkpoint = "s3://b/exp/trial_0/checkpoint_000001"
+    first = version_folder_uri(checkpoint, "digits", "20260101T000000Z-t1-0123456789ab")
+    assert first == "s3://b/mlflow-models/digits/versions/20260101T000000Z-t1-0123456789ab"
+    assert version_folder_uri(checkpoint, "digits-canary", "20260101T000000Z-t1-0123456789ab") != first
+    assert not first.startswith("s3://b/exp/")
+    for name, version in (("..", "v"), ("m", ".."), ("m", "a/b")):
+        with pytest.raises(PromotionError, match="not a name a folder can have"):
+            version_folder_uri(checkpoint, name, version)
 
 
 def test_only_the_loader_package_s_python_modules_travel_in_code(tmp_path):
