@@ -559,8 +559,24 @@ def test_an_mlflow_writer_aliasing_another_dag_s_sealed_checkpoint_as_champion_i
     other = promote_op(f"models:/{theirs}", tune_result(put_checkpoint(s3, {"w.bin": b"theirs"}), 0.4))
     assert out["promoted"] is True and run(other)[0]["promoted"] is True
     assert download_checkpoint(f"models:/{ours}@champion", str(tmp_path / "ours")) == str(tmp_path / "ours")
+    # The writer also holds the model folders' storage: it copies the other version's files where a promotion into
+    # this model would have written them, so only the DAG check stands between it and the deploy.
+    from airflow_tune.registries.mlflow import version_folder_uri
+
     [version] = versions(rest, theirs)
-    register_foreign(rest, ours, version["source"], tag_map(version))
+    tags = tag_map(version)
+    theirs_folder, ours_folder = (
+        version_folder_uri(tags["airflow_tune.checkpoint_uri"], name, tags["airflow_tune.version"])
+        for name in (theirs, ours)
+    )
+    bucket, _, prefix = theirs_folder.removeprefix("s3://").partition("/")
+    _, _, ours_prefix = ours_folder.removeprefix("s3://").partition("/")
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        for obj in page.get("Contents", []):
+            key = ours_prefix + obj["Key"][len(prefix) :]
+            s3.copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": bucket, "Key": obj["Key"]})
+    moved = {k: v.replace(theirs_folder, ours_folder) for k, v in tags.items()}
+    register_foreign(rest, ours, version["source"].replace(theirs_folder, ours_folder), moved)
     with pytest.raises(PromotionError, match=f"ran for DAG '{other.dag_id}', which is not one of the registry's DAGs"):
         download_checkpoint(f"models:/{ours}@champion", str(tmp_path / "forged"))
     assert not (tmp_path / "forged").exists()
