@@ -26,7 +26,7 @@ import pytest
 from airflow_tune.exceptions import PromotionError
 from tests.e2e.dags.mlflow_model_cases import BY_PATH_REGISTRY, PYFUNC_REGISTRY, PYFUNC_S3_REGISTRY, TWO_REGISTRIES
 from tests.e2e.helpers import load_dag, run_dag
-from tests.e2e.test_registry_mlflow import champion, promote_op, tag_map, versions
+from tests.e2e.test_registry_mlflow import _objects, champion, promote_op, tag_map, versions
 from tests.integration.test_promote import put_checkpoint, run, tune_result
 from tests.support.mlflow_server import MlflowRest, mlflow_beside, mlflow_python
 from tests.support.sealed import sealed_result
@@ -65,15 +65,6 @@ def digits() -> tuple[Any, Any, Any]:
 
 def _date() -> datetime:
     return datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=uuid.uuid4().int % 10**8)
-
-
-def _objects(s3: Any, uri: str) -> dict[str, bytes]:
-    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
-    out = {}
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        for obj in page.get("Contents", []):
-            out[obj["Key"][len(prefix) + 1 :]] = s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
-    return out
 
 
 def _promote(dag_id: str, s3: Any, model: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:

@@ -14,19 +14,10 @@ import uuid
 import pytest
 
 from airflow_tune.common import storage
+from tests.integration.test_state_proof import _Marker
 from tests.support import engine_jobs as jobs
 
 pytestmark = pytest.mark.timeout(240)
-
-
-class _Marker:
-    """Unpickling this leaves a file: proof that someone ran ``pickle.loads`` on it."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self) -> tuple:
-        return (open, (self.path, "w"))
 
 
 def test_a_swapped_error_pickle_is_never_unpickled_and_the_error_text_is_reported(stack, tmp_path):
