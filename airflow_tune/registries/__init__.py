@@ -1,3 +1,4 @@
 """Where promotions go: the S3 registry (:mod:`.s3`), the MLflow Model Registry (:mod:`.mlflow`, with the MLflow
-Model it writes, :mod:`.mlflow_model`), the registries' owners (:mod:`.owner`), the gates (:mod:`.gates`) and where
-a promotion may write (:mod:`.promote_written`). The promotion operator decides; these read and write."""
+Model it writes, :mod:`.mlflow_model`), the promotion's proven copy of a checkpoint (:mod:`.transfer`), the DAGs a
+registry belongs to (:mod:`.owner`), the gates (:mod:`.gates`) and where a promotion may write
+(:mod:`.promote_written`). The promotion operator decides; these read and write."""

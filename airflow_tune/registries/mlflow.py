@@ -288,6 +288,7 @@ def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, wha
     other files are believed by the digest the registry records (registry write access is what guards the
     loader's code)."""
     from airflow_tune.registries.mlflow_model import CHECKPOINT_ARTIFACT
+    from airflow_tune.registries.owner import dags_of, read_mlflow_record
     from airflow_tune.registries.s3 import prove_checkpoint
 
     tags = tags_of(version)
@@ -312,8 +313,6 @@ def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, wha
             f"{where}: its source {str(source)[:300]!r} is not the folder a promotion into this registered model "
             f"writes ({expected}), or it has no model digest: refusing to load it"
         )
-    from airflow_tune.registries.owner import dags_of, read_mlflow_record
-
     dags = dags_of(f"models:/{registry.name}", read_mlflow_record(registry)[1])
     prove_checkpoint(
         where,

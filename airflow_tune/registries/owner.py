@@ -171,6 +171,11 @@ def record_body(record: Mapping[str, Collection[str]]) -> bytes:
     return json.dumps({"dags": dags, "updated_at": datetime.now(timezone.utc).isoformat()}, indent=1).encode()
 
 
+def _dags_tag(record: Mapping[str, Collection[str]]) -> str:
+    """The MLflow tag's value of ``record`` (the same JSON as ``owner.json``'s ``dags``, compact)."""
+    return json.dumps({"dags": {k: sorted(set(v)) for k, v in sorted(record.items())}}, separators=(",", ":"))
+
+
 def _with(record: Mapping[str, Collection[str]] | None, claim: Claim) -> Record:
     out = {k: sorted(v) for k, v in (record or {}).items()}
     out[claim.dag_id] = list(claim.shares_with)
@@ -258,10 +263,12 @@ def claim_mlflow(registry: Any, claim: Claim) -> None:
     if decide(where, record, claim):
         return
     if not exists:
-        tag = json.dumps({"dags": _with(None, claim)}, separators=(",", ":"))
         try:
             registry.call(
-                "create the registered model", client.create_registered_model, registry.name, tags={DAGS_TAG: tag}
+                "create the registered model",
+                client.create_registered_model,
+                registry.name,
+                tags={DAGS_TAG: _dags_tag(_with(None, claim))},
             )
         except MLflowError as exc:
             if getattr(exc.__cause__, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
@@ -270,7 +277,7 @@ def claim_mlflow(registry: Any, claim: Claim) -> None:
         exists, record = read_mlflow_record(registry)
         if decide(where, record, claim):
             return
-    tag = json.dumps({"dags": _with(record, claim)}, separators=(",", ":"))
+    tag = _dags_tag(_with(record, claim))
     registry.call("record the registry's DAGs", client.set_registered_model_tag, registry.name, DAGS_TAG, tag)
     if not decide(where, read_mlflow_record(registry)[1], claim):
         raise MLflowError(f"the DAGs tag of {where} is not the one set right before")

@@ -13,7 +13,7 @@ champion with :func:`read_champion`. boto3 is imported inside the functions (DAG
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -87,7 +87,7 @@ def list_checkpoint(s3: Any, source_uri: str) -> list[dict[str, Any]]:
     return listed
 
 
-def check_listing(result: dict[str, Any], objects: Sequence[dict[str, Any]]) -> None:
+def check_listing(result: Mapping[str, Any], objects: Sequence[Mapping[str, Any]]) -> None:
     """Refuse a checkpoint whose files are not the ones the trial wrote (added, removed or renamed since), before
     the gate; their bytes are checked as the promotion copies them (:mod:`airflow_tune.registries.transfer`)."""
     from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY, differences

@@ -16,7 +16,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_tune.common.provenance import differences
 from airflow_tune.exceptions import PromotionError
 
 #: Bytes read and uploaded at a time (S3's parts are at least 5 MiB but the last).
@@ -100,16 +99,12 @@ def copy_proven(
         (naming it); everything this call wrote is deleted first.
     :return: ``[{"key": rel, "size": bytes, "digest": "sha256:..."}]`` of the files written.
     """
-    from airflow_tune.registries.s3 import split_s3_uri
+    from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY
+    from airflow_tune.registries.s3 import check_listing, split_s3_uri
 
+    # The callers checked the listing before their gate; checked again where the bytes are written, by the same rule.
+    check_listing({CHECKPOINT_FILES_KEY: dict(expected), "best_checkpoint_uri": source_uri}, objects)
     src_bucket, _ = split_s3_uri(source_uri)
-    listed = {str(o["rel"]) for o in objects}
-    if not objects or listed != set(expected):
-        found = {rel: expected.get(rel, "") for rel in listed}
-        raise PromotionError(
-            f"the checkpoint {source_uri} holds other files than its trial wrote ({differences(expected, found)}): "
-            "not promoting it"
-        )
     written: list[str] = []
     copied: list[dict[str, Any]] = []
     try:
