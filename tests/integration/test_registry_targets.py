@@ -189,3 +189,28 @@ def test_a_champion_pointed_at_another_dag_s_sealed_checkpoint_is_refused_at_loa
     reader.put_object(Bucket=bucket, Key=f"{prefix}/{CHAMPION_FILE}", Body=json.dumps(forged).encode())
     with pytest.raises(PromotionError, match="ran for DAG 'aft_load_other', which is not one of the registry's DAGs"):
         champion_checkpoint(registry, s3=reader)
+
+
+@pytest.mark.timeout(180)
+def test_the_deployment_s_registry_dags_decide_for_the_registries_it_names(reader, monkeypatch):
+    registry = registry_uri()
+    first, _ = run(promote("aft_deployed_first", registry, tune_result(put_checkpoint(reader, {"w": b"1"}), 0.5)))
+    assert first["promoted"] is True and owner(reader, registry) == {"aft_deployed_first": ["aft_deployed_first"]}
+    monkeypatch.setenv(
+        "AIRFLOW__AIRFLOW_TUNE__REGISTRY_DAGS", json.dumps({registry: ["aft_deployed_first", "aft_deployed_second"]})
+    )
+    # Listed by the deployment: promotes though the registry's record does not list it.
+    second = promote(
+        "aft_deployed_second", registry, tune_result(put_checkpoint(reader, {"w": b"2"}), 0.4), gate="always"
+    )
+    assert run(second)[0]["promoted"] is True
+    # Not listed by the deployment: refused, whatever its DAG file lists.
+    third = promote(
+        "aft_deployed_third",
+        registry,
+        tune_result(put_checkpoint(reader, {"w": b"3"}), 0.1),
+        registry_dags=["aft_deployed_first", "aft_deployed_second"],
+        gate="always",
+    )
+    with pytest.raises(RegistryOwnerError, match=r"the deployment's \[airflow_tune\] registry_dags lists"):
+        run(third)
