@@ -11,6 +11,7 @@ from airflow_tune.common.contract import engine_command
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks import ray_extra
 from airflow_tune.trust import proofs
+from airflow_tune.trust import submitted as submitted_record
 from airflow_tune.trust.submitted import SubmittedJobs
 from airflow_tune.utils import reconcile, shipping
 
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_tune.common.spec import ExperimentSpec
+
+#: How long a try that lost the race to submit waits for the winner's record of its job (written right after).
+RECORD_WAIT_S = 10.0
 
 
 class JobSubmission:
@@ -78,6 +82,8 @@ class JobSubmission:
                 if "already exists" not in str(exc):
                     raise
                 self.log.info("Ray job %s was submitted by another try at the same moment; looking again", job_id)
+                # That try records its job right after submitting it: give it the moment to.
+                submitted_record.wait_for_record(context, job_id, timeout_s=RECORD_WAIT_S)
                 submitted = SubmittedJobs(context, self.log)
                 continue
             reconcile.remember_job(context, job_id, self.started_at(job_id), self.log)

@@ -69,6 +69,19 @@ def record_job(context: Any, job_id: str, started: int | None, log: Any) -> None
     context["ti"].xcom_push(key=RECORD_KEY, value=record)
 
 
+def wait_for_record(context: Any, job_id: str, *, timeout_s: float, interval_s: float = 0.2) -> bool:
+    """Wait until this task instance's record lists ``job_id`` (another try of it just submitted that job); return
+    whether it does."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while job_id not in own_record(context):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
+
 def _xcom_record(context: Any, key: tuple[str, str, str, int]) -> dict[str, int | None]:
     dag_id, run_id, task_id, map_index = key
     pull = getattr(context["ti"], "xcom_pull", None)
