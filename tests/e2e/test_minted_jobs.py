@@ -74,3 +74,20 @@ def test_the_promote_task_refuses_a_result_sealed_by_a_minted_job_and_registers_
     bucket, _, prefix = REGISTRY.removeprefix("s3://").partition("/")
     listed = s3_client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/").get("Contents", [])
     assert not [o["Key"] for o in listed if o["Key"].endswith(("champion.json", "model.json"))]
+
+
+@pytest.mark.timeout(300)
+def test_a_job_a_trial_minted_under_the_next_tries_id_is_refused_by_the_retry():
+    date = _date()
+    name = experiment("aft_minted_in_trial", run_id_for(date))
+    try:
+        run = run_dag(load_dag("aft_minted_in_trial", FILE), logical_date=date)
+        assert run.task_states() == {"tune": "failed"} and run.try_numbers() == {"tune": 2}
+        first, retry = run.errors("tune")
+        assert "this trial minted a job" in str(first), first
+        # The retry found the live job the trial submitted as {name}-2, with the first job's metadata: refused.
+        assert re.search(rf"Ray job {re.escape(name)}-2 is not believed: Airflow has no record", str(retry)), retry
+        jobs = {j["submission_id"]: j["status"] for j in jobs_of(name)}
+        assert set(jobs) == {f"{name}-1", f"{name}-2"} and jobs[f"{name}-2"] == "RUNNING", jobs
+    finally:
+        stop_live_jobs(name)

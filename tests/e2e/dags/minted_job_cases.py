@@ -2,11 +2,13 @@
 endpoint), then a ``mint`` task standing in for anyone who may submit a Ray job (a DAG author through ``ray_default``,
 or a trial: Ray hands its token to the workers) and write the experiment's storage: it submits a job whose metadata is
 the tune job's own, printing the seal of a forged ``result.json`` that names it, then writes that file; then the real
-PromoteCheckpointOperator into an S3 registry."""
+PromoteCheckpointOperator into an S3 registry. And a trial that mints such a job under the id its task's retry would
+submit, then fails."""
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, task
@@ -19,21 +21,26 @@ STORAGE = os.environ.get("AIRFLOW_TUNE_STORAGE_URI", "s3://airflow-tune/experime
 REGISTRY = "s3://airflow-tune/e2e-registry/minted"
 
 
-def tune_task() -> RayTuneOperator:
+def tune_task(trainable: str = "stepper", **kwargs: object) -> RayTuneOperator:
     return RayTuneOperator(
         task_id="tune",
-        trainable="tune_testkit.airflow_cases:stepper",
+        trainable=f"tune_testkit.airflow_cases:{trainable}",
         storage_path=STORAGE,
         metric="loss",
         mode="min",
         param_space={"x": {"grid_search": [3.0]}, "steps": 1},
         py_modules=[TESTKIT],
         poll_interval=0.5,
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
 with DAG("aft_minted_tune", schedule=None, catchup=False, tags=["test"]) as minted_tune:
     tune_task()
+
+with DAG("aft_minted_in_trial", schedule=None, catchup=False, tags=["test"]) as minted_in_trial:
+    # The first try's trial mints the job; the retry finds it.
+    tune_task("mint_then_fail", retries=1, retry_delay=timedelta(seconds=0))
 
 with DAG("aft_minted_promote", schedule=None, catchup=False, tags=["test"]) as minted_promote:
 
