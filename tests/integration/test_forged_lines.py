@@ -93,7 +93,7 @@ def _refused(spec: dict, job_id: str, forged: SimpleNamespace) -> None:
         restore_state_proof(hook, experiment, [{"submission_id": job_id}], job_id)  # type: ignore[arg-type]
     assert "tuner.pkl: its bytes" in str(refused.value) and "refusing to restore" in str(refused.value)
     with pytest.raises(ExperimentStorageError, match=f"is not believed: its bytes are not the ones Ray job {job_id}"):
-        proven_result(hook, _folder(spec), forged.result, owner=None)
+        proven_result(hook, _folder(spec), forged.result, owner=None, submitted=None)
     assert not forged.marker.exists()
 
 
@@ -113,7 +113,7 @@ def test_a_seal_or_progress_line_forged_in_a_printed_conf_value_is_not_believed(
     try:
         jobs.wait_until(printed_and_held, 120, "the trial printing its note")
         # While the trial runs, a sensor's poke judges its target on the job's log.
-        progress = proven_progress(RayHook(), _folder(spec), job_id, reader=None)
+        progress = proven_progress(RayHook(), _folder(spec), job_id, reader=None, submitted=None)
     finally:
         if jobs.status(stack, job_id) not in jobs.TERMINAL:
             jobs.client(stack).stop_job(job_id)
