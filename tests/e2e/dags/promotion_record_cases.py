@@ -1,0 +1,62 @@
+"""DAGs for the promotion-record tests (issue 40): a stand-in ``tune`` task hands the run's conf ``result`` to the real
+PromoteCheckpointOperator, which makes the winner an MLflow Model (a loader written in this file, travelling by value)
+in an S3 registry and in MLflow's; and a deploy DAG per registry whose task loads the champion with
+``download_model`` and no record given, so it finds Airflow's record of the promotion itself (the promote task's
+XCom)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from airflow.sdk import DAG, get_current_context, task
+
+from airflow_tune.operators.promote import PromoteCheckpointOperator
+
+S3_REGISTRY = "s3://airflow-tune/models/aft-e2e-record"
+MLFLOW_REGISTRY = "models:/aft-e2e-record"
+
+
+def load_weights(checkpoint_dir):
+    """The checkpoint's weights (JSON, never a pickle): the model multiplies each row's sum by them."""
+    with open(os.path.join(checkpoint_dir, "weights.json")) as fh:
+        scale = json.load(fh)["scale"]
+    return lambda rows: [scale * sum(row) for row in rows.tolist()]
+
+
+def promote_dag(dag_id: str, registry: str) -> DAG:
+    with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
+
+        @task
+        def tune() -> dict:
+            return dict(get_current_context()["dag_run"].conf["result"])
+
+        PromoteCheckpointOperator(
+            task_id="promote",
+            result=tune(),
+            registry_uri=registry,
+            gate="always",
+            model_loader=load_weights,
+            model_input_example=[[1.0, 2.0]],
+        )
+    return dag
+
+
+def deploy_dag(dag_id: str, uri: str) -> DAG:
+    with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
+
+        @task
+        def deploy() -> list:
+            from airflow_tune.checkpoints import download_model
+
+            folder = download_model(uri)
+            return sorted(os.listdir(folder))
+
+        deploy()
+    return dag
+
+
+record_s3 = promote_dag("aft_record_s3", S3_REGISTRY)
+record_mlflow = promote_dag("aft_record_mlflow", MLFLOW_REGISTRY)
+deploy_s3 = deploy_dag("aft_record_deploy_s3", S3_REGISTRY)
+deploy_mlflow = deploy_dag("aft_record_deploy_mlflow", f"{MLFLOW_REGISTRY}@champion")
