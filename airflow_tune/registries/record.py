@@ -163,7 +163,19 @@ def _of_event(event: Any, registry: str, dags: Collection[str]) -> Promotion:
     }
     what = f"{what} (made by task {by['task_id']!r} of DAG {by['dag_id']!r}, run {by['run_id']!r})"
     _check_dag(registry, dags, by["dag_id"], what)
-    return _fields(extra, registry, None, by, what)
+    found = _fields(extra, registry, None, by, what)
+    # Inside a task, the map itself from the event's own source task instance: then the helper names the file that
+    # differs even when a registry writer rewrote the folder's copy of the map.
+    xcom = _pull(by)
+    files = xcom.get(FILES_KEY) if isinstance(xcom, Mapping) else None
+    if isinstance(files, Mapping) and files:
+        if files_digest(files) != found.digest:
+            raise PromotionError(
+                f"{what}: its files_digest is not the digest of the registered_files its promote task's XCom holds: "
+                "refusing it"
+            )
+        found = Promotion(found.registry, found.version, found.folder, found.digest, dict(files), by, what)
+    return found
 
 
 def _of_xcom(xcom: Mapping[str, Any], registry: str, dags: Collection[str]) -> Promotion:
@@ -234,17 +246,25 @@ def from_airflow(registry: str, by: Mapping[str, Any] | None, where: str, dags: 
             f"{where} names no promote task instance, so Airflow holds no record of its promotion: refusing to load "
             "it (promote it again, or pass promotion= the promote task's XCom or the triggering Asset event)"
         )
-    index = by.get("map_index", -1)
-    index = index if isinstance(index, int) and not isinstance(index, bool) else -1
-    xcom = context["ti"].xcom_pull(
-        task_ids=str(by["task_id"]), dag_id=str(by["dag_id"]), run_id=str(by["run_id"]), map_indexes=index
-    )
+    xcom = _pull(by, context)
     if not isinstance(xcom, Mapping):
         raise PromotionError(
             f"{where} names the promote task {by['task_id']!r} of DAG {by['dag_id']!r}, run {by['run_id']!r}, but "
             "Airflow holds no XCom of it: it is not a promotion Airflow recorded; refusing to load it"
         )
     return of(xcom, registry, dags)
+
+
+def _pull(by: Mapping[str, Any], context: Any = None) -> Any:
+    """The return value of the task instance ``by`` through the running task's Task SDK; None outside a task."""
+    context = context if context is not None else current_context()
+    if context is None:
+        return None
+    index = by.get("map_index", -1)
+    index = index if isinstance(index, int) and not isinstance(index, bool) else -1
+    return context["ti"].xcom_pull(
+        task_ids=str(by["task_id"]), dag_id=str(by["dag_id"]), run_id=str(by["run_id"]), map_indexes=index
+    )
 
 
 def fallback_warning(where: str) -> None:
@@ -271,7 +291,8 @@ def expected_files(record: Promotion, stored: bytes | None) -> dict[str, str]:
     if not isinstance(files, dict) or files_digest(files) != record.digest:
         raise PromotionError(
             f"{record.what}: the version folder's {RECORD_FILE} is missing or is not the map of files its promotion "
-            f"registered (its digest is not {record.digest}): the registry was changed; refusing to load it"
+            f"registered (its digest is not {record.digest}): the registry was changed; refusing to load it (give "
+            "promotion= the promote task's XCom, or run inside an Airflow task, to name the file that differs)"
         )
     return {str(k): str(v) for k, v in files.items()}
 

@@ -35,6 +35,7 @@ from tests.support.sealed import sealed_result
 
 FILE = "promotion_record_cases.py"
 REFUSED = r"not the ones its promotion registered as Airflow recorded it \(changed: 'python_model.pkl'\)"
+MAP_REWRITTEN = r"registered.json is missing or is not the map of files its promotion registered"
 
 
 class _Planted:
@@ -168,9 +169,10 @@ def test_an_s3_registry_writer_who_swaps_the_loader_and_recomputes_the_stored_di
     # The legitimate loads: by the XCom, by the event, and inside a deploy task that finds the record itself.
     assert Path(download_model(S3_REGISTRY, str(tmp_path / "ok"), promotion=decision), "python_model.pkl").exists()
     assert Path(download_model(S3_REGISTRY, str(tmp_path / "ok2"), promotion=event), "MLmodel").exists()
-    deployed = run_dag(load_dag("aft_record_deploy_s3", FILE), None, logical_date=_date())
-    assert deployed.state == "success", deployed.errors("deploy")
-    assert "python_model.pkl" in deployed.xcom("deploy") and "registered.json" not in deployed.xcom("deploy")
+    for dag_id, task_id in (("aft_record_deploy_s3", "deploy"), ("aft_record_deploy_s3_event", "deploy_event")):
+        deployed = run_dag(load_dag(dag_id, FILE), None, logical_date=_date())
+        assert deployed.state == "success", deployed.errors(task_id)
+        assert "python_model.pkl" in deployed.xcom(task_id) and "registered.json" not in deployed.xcom(task_id)
 
     # The prefix writer: a planted loader, and every digest stored in the registry recomputed to match it.
     marker = tmp_path / "attacker-ran"
@@ -186,11 +188,14 @@ def test_an_s3_registry_writer_who_swaps_the_loader_and_recomputes_the_stored_di
     # which can only check those (and says so in a warning), takes them; nothing here unpickles them.
     download_model(S3_REGISTRY, str(tmp_path / "unanchored"))
     _refused(lambda: download_model(S3_REGISTRY, str(tmp_path / "x"), promotion=decision), marker)
-    _refused(lambda: download_model(S3_REGISTRY, str(tmp_path / "e"), promotion=event), marker)
-    refused = run_dag(load_dag("aft_record_deploy_s3", FILE), None, logical_date=_date())
-    assert refused.task_states() == {"deploy": "failed"}
-    [error] = refused.errors("deploy")
-    assert isinstance(error, PromotionError) and re.search(REFUSED, str(error)), error
+    # The event alone carries the digest of the map, not the map: outside a task the folder's (rewritten) copy of
+    # it is refused; inside a task the map comes from the event's own promote task instance, and the file is named.
+    _refused(lambda: download_model(S3_REGISTRY, str(tmp_path / "e"), promotion=event), marker, MAP_REWRITTEN)
+    for dag_id, task_id in (("aft_record_deploy_s3", "deploy"), ("aft_record_deploy_s3_event", "deploy_event")):
+        refused = run_dag(load_dag(dag_id, FILE), None, logical_date=_date())
+        assert refused.task_states() == {task_id: "failed"}
+        [error] = refused.errors(task_id)
+        assert isinstance(error, PromotionError) and re.search(REFUSED, str(error)), error
     # The checkpoint itself is untouched: it still loads by the record.
     assert Path(
         download_checkpoint(f"{folder}/checkpoint", str(tmp_path / "c"), promotion=decision), "weights.json"
@@ -219,7 +224,11 @@ def test_an_mlflow_tag_writer_who_swaps_the_loader_and_rewrites_the_model_digest
 
     download_model(f"{MLFLOW_REGISTRY}@champion", str(tmp_path / "unanchored"))  # the tags agree with the plant
     _refused(lambda: download_model(MLFLOW_REGISTRY, str(tmp_path / "x"), promotion=decision), marker)
-    _refused(lambda: download_model(f"{MLFLOW_REGISTRY}@champion", str(tmp_path / "e"), promotion=event), marker)
+    _refused(
+        lambda: download_model(f"{MLFLOW_REGISTRY}@champion", str(tmp_path / "e"), promotion=event),
+        marker,
+        MAP_REWRITTEN,
+    )
     refused = run_dag(load_dag("aft_record_deploy_mlflow", FILE), None, logical_date=_date())
     assert refused.task_states() == {"deploy": "failed"}
     [error] = refused.errors("deploy")

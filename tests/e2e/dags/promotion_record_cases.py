@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from airflow.sdk import DAG, get_current_context, task
+from airflow.sdk import DAG, Asset, get_current_context, task
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator
 
@@ -60,3 +60,18 @@ record_s3 = promote_dag("aft_record_s3", S3_REGISTRY)
 record_mlflow = promote_dag("aft_record_mlflow", MLFLOW_REGISTRY)
 deploy_s3 = deploy_dag("aft_record_deploy_s3", S3_REGISTRY)
 deploy_mlflow = deploy_dag("aft_record_deploy_mlflow", f"{MLFLOW_REGISTRY}@champion")
+
+
+with DAG("aft_record_deploy_s3_event", schedule=None, catchup=False, tags=["test"]) as deploy_s3_event:
+    REGISTRY_ASSET = Asset(uri=S3_REGISTRY, name=S3_REGISTRY)
+
+    @task(inlets=[REGISTRY_ASSET])
+    def deploy_event() -> list:
+        """The registry's newest Asset event, as Airflow hands it to a task, is the record ``download_model`` checks
+        (what a deploy DAG scheduled on the registry gets in ``triggering_asset_events``)."""
+        from airflow_tune.checkpoints import download_model
+
+        event = get_current_context()["inlet_events"][REGISTRY_ASSET][-1]
+        return sorted(os.listdir(download_model(S3_REGISTRY, promotion=event)))
+
+    deploy_event()
