@@ -39,6 +39,7 @@ from airflow_tune.registries.s3 import (
 from airflow_tune.registries.transfer import copy_proven
 from airflow_tune.registry import registry_asset
 from airflow_tune.trust import code
+from airflow_tune.trust.submitted import SubmittedJobs
 from airflow_tune.utils.version_compat import SkipMixin
 
 __all__ = [
@@ -220,9 +221,10 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
     def s3_client(self) -> Any:
         return s3_client(self.aws_conn_id)
 
-    def proven_result(self, given: dict[str, Any]) -> dict[str, Any]:
+    def proven_result(self, given: dict[str, Any], context: Context) -> dict[str, Any]:
         """The experiment's own result, re-read from storage and believed only when the Ray job it names vouches for
-        its bytes and ran for this DAG; ``given`` (the XCom, data) must agree with it on what is promoted."""
+        its bytes, ran for this DAG and is one Airflow recorded the tune task submitting
+        (:mod:`airflow_tune.trust.submitted`); ``given`` (the XCom, data) must agree with it on what is promoted."""
         from airflow_tune.common import storage
         from airflow_tune.common.contract import RESULT_FILE, manifest_uri, result_succeeded, xcom_result
         from airflow_tune.exceptions import ExperimentStorageError
@@ -238,7 +240,12 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
             raise PromotionError(f"cannot read the experiment's result at {where[:300]}: {exc}") from exc
         try:
             manifest = proofs.proven_result(
-                RayHook(self.ray_conn_id), experiment_uri, data, owner={"dag_id": self.dag_id}, same_dag_only=True
+                RayHook(self.ray_conn_id),
+                experiment_uri,
+                data,
+                owner={"dag_id": self.dag_id},
+                submitted=SubmittedJobs(context, self.log),
+                same_dag_only=True,
             )
         except ExperimentStorageError as exc:
             raise PromotionError(f"not promoting: {exc}") from exc
@@ -260,7 +267,7 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
         # The loader, its requirements and the registry's owner are the DAG file's: never an XCom's.
         code.refuse_mapped_code(self, code.PROMOTE_CODE_ARGUMENTS)
         given, threshold = self._inputs()
-        result = self.proven_result(given)
+        result = self.proven_result(given, context)
         if is_mlflow_uri(self.registry_uri):
             return self.execute_mlflow(context, result, threshold)
         bucket, prefix = split_s3_uri(self.registry_uri)

@@ -21,6 +21,7 @@ from airflow_tune.operators.tune_submit import JobSubmission
 from airflow_tune.operators.tune_wait import JobWaiting
 from airflow_tune.registries.promote_written import Written
 from airflow_tune.trust import code, roots
+from airflow_tune.trust.submitted import SubmittedJobs
 from airflow_tune.utils import reconcile, shipped_objects, trial_naming, tune_values
 from airflow_tune.utils import trial_logs as trial_logs_module
 
@@ -323,7 +324,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         if self.deferrable:
             self.defer(trigger=self._trigger(context, spec, job_id), method_name="execute_complete")
         status = self.wait_blocking(job_id, spec.experiment_uri, log_interval=spec.progress_interval_s)
-        return self.complete(job_id, status, spec.experiment_uri)
+        return self.complete(job_id, status, spec.experiment_uri, submitted=SubmittedJobs(context, self.log))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """The trigger's event: the result believed by the spec ``execute`` submitted, or why the job failed."""
@@ -338,8 +339,9 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
             raise RayJobError(str(event.get("message")))
         # The result is believed only when it is the spec's that execute() submitted: the job's own, proven by the
         # digest Ray keeps, so that no registry or connection is read again now (one may be down by then).
-        self.spec = reconcile.spec_of_job(self.hook, str(self.job_id), context["ti"])
-        return self.complete(str(self.job_id), str(status), experiment_uri, event.get("message"))
+        submitted = SubmittedJobs(context, self.log)
+        self.spec = reconcile.spec_of_job(self.hook, str(self.job_id), context["ti"], submitted)
+        return self.complete(str(self.job_id), str(status), experiment_uri, event.get("message"), submitted=submitted)
 
     def on_kill(self) -> None:
         """Stop the Ray job with SIGINT so Tune saves its state; the next try resumes the experiment."""
@@ -352,11 +354,19 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
                 self.log.exception("Could not stop Ray job %s", self.job_id)
 
     # -- results ------------------------------------------------------------------------------------------------
-    def complete(self, job_id: str, status: str, experiment_uri: str, message: str | None = None) -> dict[str, Any]:
+    def complete(
+        self,
+        job_id: str,
+        status: str,
+        experiment_uri: str,
+        message: str | None = None,
+        *,
+        submitted: SubmittedJobs,
+    ) -> dict[str, Any]:
         """The XCom result of a finished job, or a task failure that says why the job did not succeed."""
         log_to_file = self.spec.log_to_file if self.spec is not None else None
         if status == "SUCCEEDED":
-            result = reconcile.read_result(self.hook, experiment_uri, job_id, self.spec)
+            result = reconcile.read_result(self.hook, experiment_uri, job_id, self.spec, submitted=submitted)
             trial_logs_module.log_trial_output(experiment_uri, log_to_file, self.trial_logs, self.log, result)
             return self._xcom_result(result, job_id)
         # The job's own result.json, unproven: only its trials' folder names are read, inside this experiment.

@@ -11,12 +11,17 @@ from airflow_tune.common.contract import engine_command
 from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks import ray_extra
 from airflow_tune.trust import proofs
+from airflow_tune.trust import submitted as submitted_record
+from airflow_tune.trust.submitted import SubmittedJobs
 from airflow_tune.utils import reconcile, shipping
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_tune.common.spec import ExperimentSpec
+
+#: How long a try that lost the race to submit waits for the winner's record of its job (written right after).
+RECORD_WAIT_S = 10.0
 
 
 class JobSubmission:
@@ -47,12 +52,13 @@ class JobSubmission:
 
         :return: the job id, and the finished result when there is one.
         """
+        submitted = SubmittedJobs(context, self.log)
         for _ in range(2):
-            found = reconcile.find_experiment(self.hook, spec)
+            found = reconcile.find_experiment(self.hook, spec, submitted)
             if found.live is not None:
                 job_id = str(found.live["submission_id"])
                 self.log.info("Reattaching to live Ray job %s of experiment %s", job_id, spec.name)
-                reconcile.remember_job(context, job_id, self.log)
+                reconcile.remember_job(context, job_id, found.live.get("start_time"), self.log)
                 return job_id, None
             if found.result is not None:
                 return found.result.get("job_id") or (found.jobs[0]["submission_id"] if found.jobs else None), (
@@ -76,8 +82,11 @@ class JobSubmission:
                 if "already exists" not in str(exc):
                     raise
                 self.log.info("Ray job %s was submitted by another try at the same moment; looking again", job_id)
+                # That try records its job right after submitting it: give it the moment to.
+                submitted_record.wait_for_record(context, job_id, timeout_s=RECORD_WAIT_S)
+                submitted = SubmittedJobs(context, self.log)
                 continue
-            reconcile.remember_job(context, job_id, self.log)
+            reconcile.remember_job(context, job_id, self.started_at(job_id), self.log)
             return job_id, None
         raise RayJobError(f"experiment {spec.name}: jobs kept appearing while submitting; retry the task")
 
@@ -120,6 +129,16 @@ class JobSubmission:
                 same_ray_version=False,  # checked above
             )
         self.log.info("Submitted Ray job %s for experiment %s", job_id, spec.name)
+
+    def started_at(self, job_id: str) -> int | None:
+        """Ray's start time of the job just submitted, recorded with its id (a job of that id on a new head is
+        another job); None when the dashboard does not say."""
+        try:
+            started = self.hook.get_job_info(job_id).get("start_time")
+        except Exception as exc:
+            self.log.warning("Could not read Ray job %s's start time: %s", job_id, exc)
+            return None
+        return started if isinstance(started, int) else None
 
     def shipped_codes(self) -> list[tuple[str, shipping.TrainableCode]]:
         """The code given as Python objects, each with its argument: the trainable, then the trial name creators."""

@@ -133,8 +133,10 @@ def prove_checkpoint(
     owner = {"dag_id": dag_id} if dag_id is not None else None
     try:
         data = storage.read_bytes(manifest_uri(experiment_uri, RESULT_FILE))
+        # No task's record to read here (a deploy helper may run anywhere): the promotion's own record in Airflow
+        # anchors what a deploy loads.
         result = proofs.proven_result(
-            RayHook(ray_conn_id), experiment_uri, data, owner=owner, same_dag_only=True, dags=dags
+            RayHook(ray_conn_id), experiment_uri, data, owner=owner, submitted=None, same_dag_only=True, dags=dags
         )
     except (ValueError, OSError, ExperimentStorageError) as exc:
         raise PromotionError(f"{where} is not proven by the experiment it names: {exc}; refusing to load it") from exc

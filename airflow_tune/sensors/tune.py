@@ -27,6 +27,7 @@ from airflow_tune.exceptions import RayJobError
 from airflow_tune.hooks.ray import RayHook
 from airflow_tune.links.ray import RayJobLink
 from airflow_tune.trust import proofs
+from airflow_tune.trust.submitted import SubmittedJobs
 from airflow_tune.utils import reconcile
 from airflow_tune.utils.version_compat import AirflowSensorTimeout
 from airflow_tune.utils.waiting import best_reaches
@@ -131,7 +132,7 @@ class RayTuneSensor(BaseSensorOperator):
             if status in ("FAILED", "STOPPED"):
                 raise RayJobError(self._failure(status))
             if status == "SUCCEEDED":
-                return PokeReturnValue(is_done=True, xcom_value=self._result())
+                return PokeReturnValue(is_done=True, xcom_value=self._result(context))
         elif self.experiment_uri:
             result = storage.read_json_or_none(manifest_uri(self.experiment_uri, RESULT_FILE))
             if result is not None and not result_succeeded(result):
@@ -139,12 +140,12 @@ class RayTuneSensor(BaseSensorOperator):
                     f"experiment {self.experiment_uri} failed: {result.get('num_errored')} trials errored"
                 )
             if result is not None:
-                return PokeReturnValue(is_done=True, xcom_value=self._result())
+                return PokeReturnValue(is_done=True, xcom_value=self._result(context))
         if self.target is not None and self.experiment_uri:
             # progress.json is the cheap hint, read every poke; the job's log decides (storage writers can forge it).
             progress = storage.read_json_or_none(manifest_uri(self.experiment_uri, PROGRESS_FILE))
             if best_reaches(progress, self.target, self.target_mode):  # type: ignore[arg-type]
-                proven = self._proven_progress()
+                proven = self._proven_progress(context)
                 if best_reaches(proven, self.target, self.target_mode):  # type: ignore[arg-type]
                     return PokeReturnValue(is_done=True, xcom_value=self._early(proven or {}))
                 self.log.warning(
@@ -157,9 +158,9 @@ class RayTuneSensor(BaseSensorOperator):
 
         status = event.get("status")
         if status == "SUCCEEDED":
-            return self._result()
+            return self._result(context)
         if status == "TARGET_REACHED":
-            proven = self._proven_progress()
+            proven = self._proven_progress(context)
             if not best_reaches(proven, self.target, self.target_mode):  # type: ignore[arg-type]
                 raise RayJobError(
                     f"the trigger saw experiment {self.experiment_uri} reach target {self.target}, but its Ray job's "
@@ -174,12 +175,22 @@ class RayTuneSensor(BaseSensorOperator):
             raise RayJobError(self._failure(str(status), event.get("message")))
         raise RayJobError(f"lost track of Ray job {self.job_id}: {event.get('message')}")
 
-    def _proven_progress(self) -> dict[str, Any] | None:
-        return proofs.proven_progress(self.hook, str(self.experiment_uri), self.job_id, reader=self._reader())
+    def _proven_progress(self, context: Context) -> dict[str, Any] | None:
+        return proofs.proven_progress(
+            self.hook,
+            str(self.experiment_uri),
+            self.job_id,
+            reader=self._reader(),
+            submitted=SubmittedJobs(context, self.log),
+        )
 
-    def _result(self) -> dict[str, Any]:
+    def _result(self, context: Context) -> dict[str, Any]:
+        """The experiment's proven result, its job one Airflow recorded the tune task submitting."""
         uri = self.experiment_uri or self._experiment_uri_of_job()
-        return self._shape(reconcile.read_result(self.hook, uri, self.job_id, reader=self._reader()))
+        submitted = SubmittedJobs(context, self.log)
+        return self._shape(
+            reconcile.read_result(self.hook, uri, self.job_id, submitted=submitted, reader=self._reader())
+        )
 
     def _experiment_uri_of_job(self) -> str:
         info = self.hook.get_job_info(str(self.job_id))

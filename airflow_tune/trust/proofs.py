@@ -25,6 +25,7 @@ from airflow_tune.exceptions import ExperimentStorageError, RayJobNotFoundError
 if TYPE_CHECKING:
     from airflow_tune.common.spec import ExperimentSpec
     from airflow_tune.hooks.ray import RayHook
+    from airflow_tune.trust.submitted import SubmittedJobs
 
 
 def proven_result(
@@ -33,6 +34,7 @@ def proven_result(
     data: bytes,
     *,
     owner: Mapping[str, Any] | None,
+    submitted: SubmittedJobs | None,
     same_dag_only: bool = False,
     dags: Collection[str] | None = None,
 ) -> dict[str, Any]:
@@ -43,6 +45,8 @@ def proven_result(
     this experiment's (its metadata names ``experiment_uri`` and, given ``owner``, that owner) and its log's last
     ``sealed result.json`` line must carry the digest of ``data``; else :class:`ExperimentStorageError`. Given
     ``dags``, the job must have run for one of them (a registry's DAGs, :mod:`airflow_tune.registries.owner`).
+    Given ``submitted`` (a task's view of Airflow's records), the job must be one Airflow recorded as submitted by
+    the task instance its metadata names (:mod:`airflow_tune.trust.submitted`); None only where no task runs.
     """
     from airflow_tune.common.provenance import sealed_digests
 
@@ -66,6 +70,11 @@ def proven_result(
         theirs, owner, same_dag_only=same_dag_only
     ):
         raise ExperimentStorageError(f"{refused}: the Ray job it names ({job_id[:200]}) ran another experiment")
+    if submitted is not None:
+        try:
+            submitted.check({**info, "submission_id": job_id})
+        except ExperimentStorageError as exc:
+            raise ExperimentStorageError(f"{refused}: {exc}") from None
     if dags is not None and theirs.get("dag_id") not in dags:
         raise ExperimentStorageError(
             f"{refused}: the Ray job it names ({job_id[:200]}) ran for DAG {str(theirs.get('dag_id'))[:250]!r}, "
@@ -134,13 +143,19 @@ def restore_state_proof(
 
 
 def proven_progress(
-    hook: RayHook, experiment_uri: str, job_id: str | None, *, reader: Mapping[str, Any] | None
+    hook: RayHook,
+    experiment_uri: str,
+    job_id: str | None,
+    *,
+    reader: Mapping[str, Any] | None,
+    submitted: SubmittedJobs | None,
 ) -> dict[str, Any] | None:
     """The experiment's progress as its Ray job's log says it (``progress.json`` is a hint anyone who can write
     storage can forge), shaped as ``progress.json``; None when no job of the experiment has printed any yet.
 
     The job is ``job_id``, else the experiment's newest job; it must be this experiment's (its metadata, fixed at
-    submission, names ``experiment_uri``) and, given ``reader``, of the reader's DAG.
+    submission, names ``experiment_uri``) and, given ``reader``, of the reader's DAG; given ``submitted``, one
+    Airflow recorded (:mod:`airflow_tune.trust.submitted`): the newest such job when ``job_id`` is not given.
     """
     from airflow_tune.common.provenance import logged_progress
 
@@ -148,7 +163,7 @@ def proven_progress(
         info: Mapping[str, Any] | None = hook.get_job_info(job_id)
     else:
         found = hook.find_jobs({METADATA_EXPERIMENT_URI: experiment_uri})
-        info = found[0] if found else None
+        info = next((j for j in found if _recorded(submitted, j)), found[0] if found else None)
     if not info:
         return None
     metadata = info.get("metadata") or {}
@@ -159,6 +174,8 @@ def proven_progress(
             f"Ray job {job[:200]} is not one of experiment {experiment_uri}'s in the reader's DAG: its progress is "
             "not this experiment's"
         )
+    if submitted is not None:
+        submitted.check({**info, "submission_id": job})
     logged = logged_progress(hook.get_job_logs(job))
     if logged is None:
         return None
@@ -171,6 +188,16 @@ def proven_progress(
         "num_trials": sum(v for v in counts.values() if isinstance(v, int)),
         "job_id": job,
     }
+
+
+def _recorded(submitted: SubmittedJobs | None, info: Mapping[str, Any]) -> bool:
+    if submitted is None:
+        return True
+    try:
+        submitted.check(info)
+    except ExperimentStorageError:
+        return False
+    return True
 
 
 def json_object_of(data: bytes, where: str) -> dict[str, Any]:

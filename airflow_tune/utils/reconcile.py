@@ -48,6 +48,7 @@ from airflow_tune.exceptions import (
     RayJobNotFoundError,
 )
 from airflow_tune.trust.proofs import json_object_of, proven_result
+from airflow_tune.trust.submitted import SubmittedJobs, record_job
 from airflow_tune.utils.following import ProgressFollower
 from airflow_tune.utils.waiting import ERROR, PENDING_TIMEOUT, JobWait
 
@@ -71,12 +72,17 @@ class FoundExperiment:
     result: dict[str, Any] | None = None
 
 
-def find_experiment(hook: RayHook, spec: ExperimentSpec) -> FoundExperiment:
-    """Look up the experiment's jobs and files; raise when any belongs to another task or asks another question."""
+def find_experiment(hook: RayHook, spec: ExperimentSpec, submitted: SubmittedJobs) -> FoundExperiment:
+    """Look up the experiment's jobs and files; raise when any belongs to another task, asks another question, or
+    is a job Airflow has no record of this task submitting (:mod:`airflow_tune.trust.submitted`)."""
     jobs = hook.find_jobs({METADATA_EXPERIMENT: spec.name})
-    for job in jobs:  # every job of this name, live or not, must be this task's
+    for job in jobs:  # every job of this name, live or not, must be this task's, as Airflow recorded it
         metadata = job.get("metadata") or {}
         refuse_other_owner(spec, {k: metadata.get(v) for k, v in METADATA_OWNER.items()}, job)
+        try:
+            submitted.check(job)
+        except ExperimentStorageError as exc:
+            raise ExperimentConflictError(f"experiment {spec.name!r}: {exc}") from None
     live = next((j for j in jobs if j.get("status") in LIVE_STATUSES), None)
     if live is not None:
         metadata = live.get("metadata") or {}
@@ -94,7 +100,10 @@ def find_experiment(hook: RayHook, spec: ExperimentSpec) -> FoundExperiment:
         refuse_other_owner(spec, _owner_in(result), None)
         refuse_other_question(spec, result.get("fingerprint") or "<none>", None, recorded)
         believe_result(spec, result)
-        return FoundExperiment(jobs=jobs, result=proven_result(hook, spec.experiment_uri, data, owner=spec.owner))
+        return FoundExperiment(
+            jobs=jobs,
+            result=proven_result(hook, spec.experiment_uri, data, owner=spec.owner, submitted=submitted),
+        )
     if recorded is not None:
         refuse_restore_conflicts(spec, recorded)
     return FoundExperiment(jobs=jobs)
@@ -168,7 +177,10 @@ def next_job_id(spec: ExperimentSpec, found: FoundExperiment) -> str:
 STATE_JOB_ID = "ray_job_id"
 
 
-def remember_job(context: Any, job_id: str, log: Any) -> None:
+def remember_job(context: Any, job_id: str, started: int | None, log: Any) -> None:
+    """Record ``job_id`` as this task instance's (:func:`~airflow_tune.trust.submitted.record_job`; ``started``:
+    Ray's start time of the job) and keep it as the job a next try restores after."""
+    record_job(context, job_id, started, log)
     store = context.get("task_state_store")
     if store is None:
         return
@@ -241,14 +253,17 @@ def job_metadata(spec: ExperimentSpec, spec_uri: str, spec_digest: str, **airflo
     }
 
 
-def spec_of_job(hook: RayHook, job_id: str, ti: Any) -> ExperimentSpec:
-    """The spec a job of this task instance runs: the file beside the experiment, believed only when its bytes have
-    the digest the job's metadata holds (Ray keeps it: no storage writer can change it) and its owner is ``ti``.
+def spec_of_job(hook: RayHook, job_id: str, ti: Any, submitted: SubmittedJobs) -> ExperimentSpec:
+    """The spec a job of this task instance runs: the file beside the experiment, believed only when Airflow recorded
+    the job, its bytes have the digest the job's metadata holds (Ray keeps it: no storage writer can change it) and
+    its owner is ``ti``.
 
     What a deferred task believes its result by when the job has ended: nothing is rendered, and no registry or
     connection is read again (one may be down by then, though the experiment succeeded).
     """
-    metadata = hook.get_job_info(job_id).get("metadata") or {}
+    info = hook.get_job_info(job_id)
+    submitted.check({**info, "submission_id": job_id})
+    metadata = info.get("metadata") or {}
     uri, digest = metadata.get(METADATA_SPEC_URI), metadata.get(METADATA_SPEC_DIGEST)
     if not uri or not digest:
         raise ExperimentStorageError(f"Ray job {job_id} names no spec of airflow-tune's: it is not this task's job")
@@ -330,6 +345,7 @@ def read_result(
     job_id: str | None,
     spec: ExperimentSpec | None = None,
     *,
+    submitted: SubmittedJobs,
     reader: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The finished experiment's ``result.json``, believed only when the job it names sealed exactly its bytes (see
@@ -342,8 +358,8 @@ def read_result(
     if spec is not None:
         believe_result(spec, json_object_of(data, result_uri))
     if spec is not None:
-        return proven_result(hook, experiment_uri, data, owner=spec.owner)
-    return proven_result(hook, experiment_uri, data, owner=reader, same_dag_only=True)
+        return proven_result(hook, experiment_uri, data, owner=spec.owner, submitted=submitted)
+    return proven_result(hook, experiment_uri, data, owner=reader, submitted=submitted, same_dag_only=True)
 
 
 #: The first line of a task's failure when its Ray job was stopped by someone else: today's wording for a stop the

@@ -93,6 +93,7 @@ def test_two_tries_that_submit_at_the_same_moment_make_one_job(tmp_path):
     name = f"race-{uuid.uuid4().hex[:8]}"
     barrier = threading.Barrier(2)
     outcomes: list[Any] = [None, None]
+    shared: dict[str, Any] = {}
 
     def attempt(i: int) -> None:
         op = RayTuneOperator(
@@ -106,7 +107,15 @@ def test_two_tries_that_submit_at_the_same_moment_make_one_job(tmp_path):
             py_modules=[_testkit()],
         )
         op.__dict__["hook"] = _BarrierHook(barrier)
-        ti = SimpleNamespace(dag_id="race", task_id="tune", map_index=-1, try_number=i + 1, xcom_push=lambda **k: None)
+        # Two tries of one task instance share its record (Airflow 3.3's task_state_store, or its XCom).
+        ti = SimpleNamespace(
+            dag_id="race",
+            task_id="tune",
+            map_index=-1,
+            try_number=i + 1,
+            xcom_push=lambda key, value: shared.__setitem__(key, value),
+            xcom_pull=lambda key, **_: shared.get(key),
+        )
         context = {"ti": ti, "run_id": "manual__race", "params": {}}
         spec = op.build_spec(context)  # type: ignore[arg-type]
         try:

@@ -70,7 +70,7 @@ def _date() -> datetime:
 def _promote(dag_id: str, s3: Any, model: Any) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     weights = pickle.dumps({"model": model})
     source = put_checkpoint(s3, {"model.pkl": weights})
-    result = sealed_result({**tune_result(source, 0.1), "mlflow": None}, dag_id)
+    result = sealed_result({**tune_result(source, 0.1), "mlflow": None}, dag_id, run_id=None)
     outcome = run_dag(load_dag(dag_id, FILE), {"result": result}, logical_date=_date())
     assert outcome.state == "success", (outcome.task_states(), outcome.errors("promote"))
     return outcome, outcome.xcom("promote"), result
@@ -276,7 +276,7 @@ def test_one_experiment_promoted_into_two_mlflow_registries_gets_two_folders_out
     model, rows, _ = digits
     expected = [int(p) for p in model.predict(rows)]
     source = put_checkpoint(s3, {"model.pkl": pickle.dumps({"model": model})})
-    result = sealed_result({**tune_result(source, 0.1), "mlflow": None}, "aft_pyfunc_two_registries")
+    result = sealed_result({**tune_result(source, 0.1), "mlflow": None}, "aft_pyfunc_two_registries", run_id=None)
     outcome = run_dag(load_dag("aft_pyfunc_two_registries", FILE), {"result": result}, logical_date=_date())
     assert outcome.state == "success", (outcome.task_states(), outcome.errors("promote_a"), outcome.errors("promote_b"))
 

@@ -61,6 +61,7 @@ def _result(checkpoint: str, loss: float, trial: str, dag_id: str) -> dict[str, 
             "dashboard_url": None,
         },
         dag_id,
+        run_id=None,
     )
 
 

@@ -359,7 +359,7 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
         load_dag("aft_promote_mlflow", FILE),
         {
             "result": sealed_result(
-                tune_result(put_checkpoint(s3, {"w.bin": b"worse"}), 0.5, trial="worse_00000"), DAG_ID
+                tune_result(put_checkpoint(s3, {"w.bin": b"worse"}), 0.5, trial="worse_00000"), DAG_ID, run_id=None
             )
         },
         logical_date=_unique_date(),
@@ -374,7 +374,7 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
         load_dag("aft_promote_mlflow", FILE),
         {
             "result": sealed_result(
-                tune_result(put_checkpoint(s3, {"w.bin": b"better"}), 0.05, trial="better_00001"), DAG_ID
+                tune_result(put_checkpoint(s3, {"w.bin": b"better"}), 0.05, trial="better_00001"), DAG_ID, run_id=None
             )
         },
         logical_date=_unique_date(),
@@ -405,7 +405,9 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
 @pytest.mark.timeout(180)
 def test_the_threshold_rendered_from_a_param_and_the_result_as_a_json_string(rest, s3):
     name = MLFLOW_TEMPLATED_REGISTRY.removeprefix("models:/")
-    result = sealed_result(tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 0.3), "aft_promote_mlflow_templated")
+    result = sealed_result(
+        tune_result(put_checkpoint(s3, {"w.bin": b"w"}), 0.3), "aft_promote_mlflow_templated", run_id=None
+    )
     ran = run_dag(
         load_dag("aft_promote_mlflow_templated", FILE),
         {"result": result, "threshold": "0.5"},
@@ -529,7 +531,9 @@ def test_a_conf_named_model_and_another_dag_writing_the_first_dag_s_model_are_re
     name = TEAM_A_MODEL.removeprefix("models:/")
 
     def trigger(dag_id: str, loss: float, **conf: Any) -> Any:
-        result = sealed_result(tune_result(put_checkpoint(s3, {"w.bin": f"{dag_id} {loss}".encode()}), loss), dag_id)
+        result = sealed_result(
+            tune_result(put_checkpoint(s3, {"w.bin": f"{dag_id} {loss}".encode()}), loss), dag_id, run_id=None
+        )
         dag = load_dag(dag_id, "registry_owner_cases.py")
         return run_dag(dag, {"result": result, **conf}, logical_date=_unique_date())
 

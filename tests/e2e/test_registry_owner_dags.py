@@ -35,7 +35,9 @@ def _unique_date() -> datetime:
 def _trigger(dag_id: str, s3: Any, loss: float, **conf: Any) -> DagTestRun:
     """A run of ``dag_id`` whose stand-in tune task returns a result sealed for that DAG (a fresh checkpoint)."""
     result = tune_result(put_checkpoint(s3, {"w.bin": f"{dag_id} {loss}".encode()}), loss, trial="best_00000")
-    return run_dag(load_dag(dag_id, FILE), {"result": sealed_result(result, dag_id), **conf}, _unique_date())
+    return run_dag(
+        load_dag(dag_id, FILE), {"result": sealed_result(result, dag_id, run_id=None), **conf}, _unique_date()
+    )
 
 
 def _snapshot(s3: Any, registry: str) -> dict[str, bytes]:

@@ -175,7 +175,9 @@ def test_trigger_on_kill_stops_a_live_job_and_the_trigger_then_reports_it_stoppe
         progress_interval_s=1.0,
         stop_wait_s=30,
     )
-    ti = SimpleNamespace(dag_id="aft_trigger_kill", task_id="tune", map_index=-1, try_number=1)
+    ti = SimpleNamespace(
+        dag_id="aft_trigger_kill", task_id="tune", map_index=-1, try_number=1, xcom_push=dict().__setitem__
+    )
     context = {"ti": ti, "run_id": f"manual__{uuid.uuid4().hex}"}
     spec = op.build_spec(context)  # type: ignore[arg-type]
     job_id, finished = op.resume_or_submit(context, spec)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from airflow_tune.operators import promote as promote_module
 from airflow_tune.operators.promote import CHAMPION_FILE, PromoteCheckpointOperator, registry_asset
 from airflow_tune.registries import s3 as s3_registry
 from tests.support.sealed import sealed_result
+from tests.support.sealed import xcom_pull as sealed_xcom_pull
 
 pytestmark = pytest.mark.usefixtures("stack")
 
@@ -92,6 +93,9 @@ class _TaskInstance:
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[key] = value
+
+    # Airflow's record of the stand-in tune task instances' jobs (sealed_result's).
+    xcom_pull = staticmethod(sealed_xcom_pull)
 
 
 def run(op: PromoteCheckpointOperator) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -17,7 +17,7 @@ from airflow_tune.registries.owner import OWNER_FILE, RegistryOwnerError
 from airflow_tune.registries.promote_written import PromotionTargetError
 from tests.integration import test_promote
 from tests.integration.test_promote import WRITES, put_checkpoint, registry_uri, run, seed_champion, tune_result
-from tests.support.sealed import sealed_result
+from tests.support.sealed import sealed_result, xcom_pull
 
 pytestmark = pytest.mark.usefixtures("stack")
 s3_calls, reader = test_promote.s3_calls, test_promote.reader  # the S3 promotion tests' fixtures
@@ -34,7 +34,9 @@ def promote(
         op = PromoteCheckpointOperator(
             task_id="promote", result=sealed_result(result, dag_id), registry_uri=registry, **kwargs
         )
-    ti = SimpleNamespace(dag_id=dag_id, task_id="promote", map_index=-1, try_number=1, start_date=None)
+    ti = SimpleNamespace(
+        dag_id=dag_id, task_id="promote", map_index=-1, try_number=1, start_date=None, xcom_pull=xcom_pull
+    )
     context = {"params": params or {}, "ti": ti, "task_instance": ti, "run_id": "manual__1", "dag": dag, "task": op}
     op.render_template_fields(context)  # type: ignore[arg-type]
     return op

@@ -5,7 +5,7 @@ and the result as a JSON string (the registry and the gate are written here: the
 
 from __future__ import annotations
 
-from airflow.sdk import DAG, Param, get_current_context, task
+from airflow.sdk import DAG, Param, task
 
 from airflow_tune.operators.promote import PromoteCheckpointOperator, registry_asset
 
@@ -16,7 +16,9 @@ with DAG("aft_promote_mlflow", schedule=None, catchup=False, tags=["test"]) as p
 
     @task
     def tune() -> dict:
-        return dict(get_current_context()["dag_run"].conf["result"])
+        from tests.support.sealed import stand_in_tune
+
+        return stand_in_tune()
 
     promote = PromoteCheckpointOperator(
         task_id="promote", result=tune(), registry_uri=MLFLOW_REGISTRY, gate="better_than_champion"
@@ -52,7 +54,9 @@ with DAG(
     def tune_json() -> str:
         import json
 
-        return json.dumps(get_current_context()["dag_run"].conf["result"])
+        from tests.support.sealed import stand_in_tune
+
+        return json.dumps(stand_in_tune())
 
     PromoteCheckpointOperator(
         task_id="promote",

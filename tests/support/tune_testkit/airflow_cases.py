@@ -101,3 +101,26 @@ def _markers(config: dict, event: str) -> list[dict]:
     from .markers import read_markers
 
     return [m for m in read_markers(config["marker_dir"], event) if m.get("x") == config["x"]]
+
+
+def mint_then_fail(config: dict) -> None:
+    """From inside a trial, with the access Ray gives every trial (the Jobs API at the cluster's dashboard), submit
+    a live job carrying this experiment's own metadata under the id the task's next try would submit, then fail: the
+    retry must not take that job for its own."""
+    import ray
+    from ray.job_submission import JobSubmissionClient
+
+    name = tune.get_context().get_experiment_name()
+    client = JobSubmissionClient(f"http://{ray._private.worker.get_dashboard_url()}")
+    [driver] = [
+        job
+        for job in client.list_jobs()
+        if (job.metadata or {}).get("airflow_tune_experiment") == name
+        and str(job.status) in ("RUNNING", "JobStatus.RUNNING")
+    ]
+    client.submit_job(
+        entrypoint="python -c 'import time; time.sleep(90)'",
+        submission_id=f"{driver.submission_id.rsplit('-', 1)[0]}-2",
+        metadata=dict(driver.metadata or {}),
+    )
+    raise RuntimeError("this trial minted a job with its experiment's metadata")

@@ -28,6 +28,7 @@ from airflow_tune.exceptions import ExperimentConflictError, ExperimentStorageEr
 from airflow_tune.operators.tune import RayTuneOperator
 from airflow_tune.triggers import tune as trigger_module
 from airflow_tune.triggers.tune import RayTuneTrigger
+from airflow_tune.trust.submitted import RECORD_KEY
 from tests.support.fake_store import dict_stores
 
 # -- the trigger ------------------------------------------------------------------------------------------------------
@@ -189,7 +190,12 @@ class FakeJobs:
             raise self.submit_errors.pop(0)
         self.submitted.append(kwargs)
         self.jobs.append(
-            {"submission_id": kwargs["submission_id"], "status": "PENDING", "metadata": kwargs["metadata"]}
+            {
+                "submission_id": kwargs["submission_id"],
+                "status": "PENDING",
+                "metadata": kwargs["metadata"],
+                "start_time": 2000 + len(self.jobs),
+            }
         )
         return str(kwargs["submission_id"])
 
@@ -208,6 +214,7 @@ class FakeJobs:
 
 @pytest.fixture
 def files(monkeypatch) -> dict[str, Any]:
+    XCOMS.clear()
     """S3 as a dict: what the operator reads and writes."""
     stored: dict[str, Any] = {}
     monkeypatch.setattr(
@@ -254,8 +261,26 @@ def _op(space: dict[str, Any] | None = None, **kwargs: Any) -> RayTuneOperator:
     )
 
 
-def _context() -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id="d", task_id="tune", map_index=-1, try_number=1)
+#: Airflow's XComs as the task instances below see them (the record of their Ray jobs): pure logic, no Airflow.
+XCOMS: dict[tuple[str, str, str, int, str], Any] = {}
+OWN_TI = ("d", "manual__1", "tune", -1)
+
+
+class FakeTI(SimpleNamespace):
+    def xcom_push(self, key: str, value: Any) -> None:
+        XCOMS[(self.dag_id, "manual__1", self.task_id, self.map_index, key)] = value
+
+    def xcom_pull(self, *, task_ids: str, dag_id: str, run_id: str, map_indexes: int, key: str) -> Any:
+        return XCOMS.get((dag_id, run_id, task_ids, map_indexes, key))
+
+
+def _record(job_id: str, started: int | None = None, ti: tuple[str, str, str, int] = OWN_TI) -> None:
+    """As the tune task instance ``ti`` records a job it submitted."""
+    XCOMS[(*ti, RECORD_KEY)] = {**(XCOMS.get((*ti, RECORD_KEY)) or {}), job_id: started}
+
+
+def _context(try_number: int = 1) -> dict[str, Any]:
+    ti = FakeTI(dag_id="d", task_id="tune", map_index=-1, try_number=try_number)
     return {"ti": ti, "run_id": "manual__1"}
 
 
@@ -265,14 +290,27 @@ def _resume(op: RayTuneOperator, jobs: FakeJobs) -> tuple[str | None, dict[str, 
     return op.resume_or_submit(context, op.build_spec(context))  # type: ignore[arg-type]
 
 
-def _live(spec_op: RayTuneOperator, files: dict[str, Any], job_id: str = "exp-1", status: str = "RUNNING") -> dict:
+def _live(
+    spec_op: RayTuneOperator,
+    files: dict[str, Any],
+    job_id: str = "exp-1",
+    status: str = "RUNNING",
+    *,
+    recorded: bool = True,
+    try_number: int = 1,
+) -> dict:
+    """A job of the experiment as the tune task submits it; ``recorded``: Airflow recorded it (else it was minted
+    through the Jobs API with the same metadata)."""
     spec = spec_op.build_spec(_context())  # type: ignore[arg-type]
     uri = f"s3://bkt/exps/exp/.airflow_tune/jobs/{job_id}-abc.json"
     files[uri] = spec.to_dict()
     metadata = {METADATA_EXPERIMENT: "exp", METADATA_FINGERPRINT: spec.fingerprint(), METADATA_SPEC_URI: uri}
     metadata[METADATA_EXPERIMENT_URI] = spec.experiment_uri
-    metadata.update(airflow_dag_id="d", airflow_task_id="tune", airflow_map_index="-1")
-    return {"submission_id": job_id, "status": status, "metadata": metadata}
+    metadata.update(airflow_dag_id="d", airflow_task_id="tune", airflow_map_index="-1", airflow_run_id="manual__1")
+    metadata["airflow_try_number"] = str(try_number)
+    if recorded:
+        _record(job_id, 1000)
+    return {"submission_id": job_id, "status": status, "metadata": metadata, "start_time": 1000}
 
 
 def test_no_job_yet_submits_attempt_1_with_the_spec_in_storage(files):
@@ -532,3 +570,53 @@ def test_restore_unproven_state_mapped_from_an_xcom_is_refused_and_a_literal_exp
             else:
                 refuse_mapped_code(op, TUNE_CODE_ARGUMENTS)
                 assert op.unproven_restore_allowed() is True
+
+
+def test_a_job_airflow_did_not_record_is_refused_naming_it_and_nothing_is_submitted(files):
+    # Same metadata as the task's own (anyone who can submit a Ray job can write it), but no record in Airflow.
+    jobs = FakeJobs([_live(_op(), files, job_id="exp-1", recorded=False)])
+    with pytest.raises(ExperimentConflictError, match=r"Ray job exp-1 is not believed: Airflow has no record of task "):
+        _resume(_op(), jobs)
+    assert jobs.submitted == []
+
+
+def test_a_recorded_id_with_another_start_time_is_another_job(files):
+    # A job of the recorded id on a head that lost its history is not the one the task submitted.
+    minted = {**_live(_op(), files), "start_time": 9999}
+    with pytest.raises(ExperimentConflictError, match="another job of that id, started at another time"):
+        _resume(_op(), FakeJobs([minted]))
+
+
+def test_a_submitted_job_is_recorded_with_its_start_time_for_the_next_reader(files):
+    jobs = FakeJobs()
+    assert _resume(_op(), jobs) == ("exp-1", None)
+    assert XCOMS[(*OWN_TI, RECORD_KEY)] == {"exp-1": 2000}
+    # The next try (its XCom cleared: Airflow 3.3 keeps the record in task_state_store) reattaches to it.
+    kept: dict[str, Any] = {RECORD_KEY: dict(XCOMS.pop((*OWN_TI, RECORD_KEY)))}
+    store = SimpleNamespace(get=lambda key, default=None: kept.get(key, default), set=kept.__setitem__)
+    op = _op()
+    op.__dict__["hook"] = jobs
+    context = {**_context(try_number=2), "task_state_store": store}
+    assert op.resume_or_submit(context, op.build_spec(context)) == ("exp-1", None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["airflow-3.1-3.2", "airflow-3.3"])
+def test_an_earlier_tries_job_without_a_record_is_believed_only_where_airflow_keeps_no_record(files, with_store):
+    # Before 3.3 nothing Airflow keeps survives a retry: the earlier try's job is believed by its metadata there.
+    jobs = FakeJobs([_live(_op(), files, recorded=False, try_number=1)])
+    op = _op()
+    op.__dict__["hook"] = jobs
+    context = _context(try_number=2)
+    if with_store:
+        context["task_state_store"] = SimpleNamespace(get=lambda key, default=None: default, set=lambda k, v: None)
+        with pytest.raises(ExperimentConflictError, match="exp-1 is not believed"):
+            op.resume_or_submit(context, op.build_spec(context))  # type: ignore[arg-type]
+    else:
+        assert op.resume_or_submit(context, op.build_spec(context)) == ("exp-1", None)  # type: ignore[arg-type]
+    # A job claiming a later (or the same) try is never an earlier try's.
+    XCOMS.clear()
+    jobs = FakeJobs([_live(_op(), files, recorded=False, try_number=2)])
+    op = _op()
+    op.__dict__["hook"] = jobs
+    with pytest.raises(ExperimentConflictError, match="exp-1 is not believed"):
+        op.resume_or_submit(_context(try_number=2), op.build_spec(_context()))  # type: ignore[arg-type]
