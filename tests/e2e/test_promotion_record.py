@@ -67,7 +67,7 @@ def _date() -> datetime:
 
 def _promote(dag_id: str, s3: Any, scale: float) -> tuple[Any, dict[str, Any]]:
     source = put_checkpoint(s3, {"weights.json": json.dumps({"scale": scale}).encode()})
-    result = sealed_result({**tune_result(source, 0.1), "mlflow": None}, dag_id)
+    result = sealed_result({**tune_result(source, 0.1), "mlflow": None}, dag_id, run_id=None)
     ran = run_dag(load_dag(dag_id, FILE), {"result": result}, logical_date=_date())
     assert ran.state == "success", (ran.task_states(), ran.errors("promote"))
     decision = ran.xcom("promote")
