@@ -1,6 +1,6 @@
-"""DAGs for the promotion-record tests (issue 40): a stand-in ``tune`` task hands the run's conf ``result`` to the real
-PromoteCheckpointOperator, which makes the winner an MLflow Model (a loader written in this file, travelling by value)
-in an S3 registry and in MLflow's; and a deploy DAG per registry whose task loads the champion with
+"""DAGs for the promotion-record tests (issue 40): the MLflow Model tests' promotion DAG (a stand-in ``tune`` task, the
+real PromoteCheckpointOperator) with a loader written in this file (travelling by value), into an S3 registry and into
+MLflow's; and a deploy DAG per registry whose task loads the champion with
 ``download_model`` and no record given, so it finds Airflow's record of the promotion itself (the promote task's
 XCom)."""
 
@@ -11,7 +11,7 @@ import os
 
 from airflow.sdk import DAG, Asset, get_current_context, task
 
-from airflow_tune.operators.promote import PromoteCheckpointOperator
+from tests.e2e.dags.mlflow_model_cases import promote_dag
 
 S3_REGISTRY = "s3://airflow-tune/models/aft-e2e-record"
 MLFLOW_REGISTRY = "models:/aft-e2e-record"
@@ -22,26 +22,6 @@ def load_weights(checkpoint_dir):
     with open(os.path.join(checkpoint_dir, "weights.json")) as fh:
         scale = json.load(fh)["scale"]
     return lambda rows: [scale * sum(row) for row in rows.tolist()]
-
-
-def promote_dag(dag_id: str, registry: str) -> DAG:
-    with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
-
-        @task
-        def tune() -> dict:
-            from tests.support.sealed import stand_in_tune
-
-            return stand_in_tune()
-
-        PromoteCheckpointOperator(
-            task_id="promote",
-            result=tune(),
-            registry_uri=registry,
-            gate="always",
-            model_loader=load_weights,
-            model_input_example=[[1.0, 2.0]],
-        )
-    return dag
 
 
 def deploy_dag(dag_id: str, uri: str) -> DAG:
@@ -58,8 +38,8 @@ def deploy_dag(dag_id: str, uri: str) -> DAG:
     return dag
 
 
-record_s3 = promote_dag("aft_record_s3", S3_REGISTRY)
-record_mlflow = promote_dag("aft_record_mlflow", MLFLOW_REGISTRY)
+record_s3 = promote_dag("aft_record_s3", S3_REGISTRY, load_weights)
+record_mlflow = promote_dag("aft_record_mlflow", MLFLOW_REGISTRY, load_weights)
 deploy_s3 = deploy_dag("aft_record_deploy_s3", S3_REGISTRY)
 deploy_mlflow = deploy_dag("aft_record_deploy_mlflow", f"{MLFLOW_REGISTRY}@champion")
 
