@@ -107,11 +107,13 @@ def mint_then_fail(config: dict) -> None:
     """From inside a trial, with the access Ray gives every trial (the Jobs API at the cluster's dashboard), submit
     a live job carrying this experiment's own metadata under the id the task's next try would submit, then fail: the
     retry must not take that job for its own."""
-    import ray
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
     from ray.job_submission import JobSubmissionClient
 
     name = tune.get_context().get_experiment_name()
-    client = JobSubmissionClient(f"http://{ray._private.worker.get_dashboard_url()}")
+    dashboard = _internal_kv_get("webui:url", namespace=ray_constants.KV_NAMESPACE_DASHBOARD).decode()
+    client = JobSubmissionClient(f"http://{dashboard}")
     [driver] = [
         job
         for job in client.list_jobs()
