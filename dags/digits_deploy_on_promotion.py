@@ -1,8 +1,9 @@
 """Deploy whatever the registry's champion is, each time a promotion updates the registry (an Asset event).
 
-With MLflow's Model Registry (the default) it loads ``models:/digits@champion``, the version under the alias, an MLflow
-Model: ``download_model`` checks its checkpoint is the one its trial wrote and its other files the ones its promotion
-wrote, and ``mlflow.pyfunc.load_model`` loads that copy (MLflow's own client would load a forged version too).
+With MLflow's Model Registry (the default) it loads the version the triggering Asset event's promotion registered, an
+MLflow Model: ``download_model`` checks every file against Airflow's record of that promotion (the event, made by the
+promote task) and its checkpoint against its trial's, and ``mlflow.pyfunc.load_model`` loads that copy (MLflow's own
+client would load a forged version too).
 """
 
 from __future__ import annotations
@@ -28,17 +29,20 @@ with DAG(
 
         from airflow_tune.checkpoints import download_model
 
-        # The promotion that started this run names its version (none when the run was triggered by hand).
+        # The promotion that started this run: Airflow's record of what it registered (none when the run was
+        # triggered by hand: then download_model finds the champion's promote task and its XCom itself).
         try:
             events = list(context["triggering_asset_events"][REGISTRY])
         except KeyError:
             events = []
-        version = events[-1].extra.get("version") if events else None
+        promotion = events[-1] if events else None
+        version = promotion.extra.get("version") if promotion is not None else None
         uri = champion_uri()
-        # The champion's MLflow Model, downloaded and verified (the checkpoint as its trial wrote it, the loader as
-        # its promotion wrote it), then loaded by MLflow's own pyfunc loader, as a serving image would.
+        # The promoted MLflow Model, downloaded and verified against that record (every file as the promotion
+        # registered it, the checkpoint as its trial wrote it; an event created through the REST API is refused),
+        # then loaded by MLflow's own pyfunc loader, as a serving image would.
         with tempfile.TemporaryDirectory(prefix="champion-") as folder:
-            download_model(uri, folder)
+            download_model(uri, folder, promotion=promotion)
             score = holdout_accuracy(mlflow.pyfunc.load_model(folder))
         print(f"[airflow-tune] serving {uri} (version {version}): held-out accuracy {score:.4f}")
         return {"version": version, "model_uri": uri, "holdout_accuracy": score}

@@ -83,7 +83,8 @@ with DAG(
     @task
     def deploy_and_smoke_test(decision: dict) -> dict:
         """Load the promoted model as a serving image would, from a copy ``download_model`` verified (its checkpoint
-        byte for byte as its trial wrote it, every other file as the promotion wrote it): MLflow's own
+        byte for byte as its trial wrote it, every file as the promotion registered it, by the promote task's XCom):
+        MLflow's own
         ``mlflow.pyfunc.load_model("models:/digits/<version>")`` would run whatever loader the version's source holds
         now. Then score it on the held-out test set."""
         import tempfile
@@ -94,8 +95,10 @@ with DAG(
         from airflow_tune.checkpoints import download_model
 
         uri = decision["model_uri"] if decision["model_uri"].startswith("models:/") else REGISTRY_URI
+        # Verified against Airflow's record of this promotion (the promote task's XCom): a writer of the registry
+        # who swaps a file and recomputes the digests stored beside it is refused, naming the file.
         with tempfile.TemporaryDirectory() as folder:
-            score = holdout_accuracy(mlflow.pyfunc.load_model(download_model(uri, folder)))
+            score = holdout_accuracy(mlflow.pyfunc.load_model(download_model(uri, folder, promotion=decision)))
         if score < 0.8:
             raise ValueError(f"the promoted model scores {score:.3f} on held-out data, below the 0.8 floor")
         print(f"[airflow-tune] deployed version {decision['version']}: held-out accuracy {score:.4f}")

@@ -76,10 +76,11 @@ with DAG(
         from airflow_tune.checkpoints import download_checkpoint
         from airflow_tune.registry import champion_checkpoint
 
-        # The champion as its experiment's Ray job vouches for it, its bytes verified once downloaded.
-        uri, digest = champion_checkpoint(REGISTRY_URI)
+        # The version this promotion registered, as its experiment's Ray job vouches for it, its bytes verified
+        # once downloaded against Airflow's record of the promotion (the promote task's XCom).
+        uri, digest = champion_checkpoint(REGISTRY_URI, promotion=decision)
         with tempfile.TemporaryDirectory() as folder:
-            download_checkpoint(uri, folder, expected_digest=digest)
+            download_checkpoint(uri, folder, expected_digest=digest, promotion=decision)
             files = sorted(p.name for p in Path(folder).iterdir())
             model = json.loads((Path(folder) / "model.json").read_text())
         print(f"[airflow-tune] version {decision['version']}: w={model['w']:.3f} b={model['b']:.3f} files {files}")

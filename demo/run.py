@@ -99,7 +99,7 @@ def print_registry(registry_uri: str) -> None:
     print(f"     {hook.model_version_url(name, champion.version)}")
 
 
-def serve_champion(logs: Path) -> None:
+def serve_champion(logs: Path, promotion: dict) -> None:
     """MLflow's own scoring server on the champion (from the MLflow virtualenv, where airflow-tune is not installed),
     asked for the digits of three held-out images over /invocations. It serves a copy ``download_model`` verified:
     ``mlflow models serve -m models:/digits@champion`` would run whatever loader the version's files hold."""
@@ -111,8 +111,9 @@ def serve_champion(logs: Path) -> None:
 
     x_test, y_test = splits()["test"]
     shutil.rmtree(STATE / "champion-model", ignore_errors=True)
-    folder = download_model("models:/digits@champion", str(STATE / "champion-model"))
-    print(f"   models:/digits@champion verified into {folder}")
+    # Verified against Airflow's record of the champion's promotion (its promote task's XCom, read from Airflow).
+    folder = download_model("models:/digits", str(STATE / "champion-model"), promotion=promotion)
+    print(f"   models:/digits/{promotion['version']} (the champion) verified into {folder}")
     started = time.monotonic()
     with served_model(MLFLOW_PYTHON, folder, logs) as url:
         answer = invocations(url, {"inputs": x_test[:3].tolist()})
@@ -217,7 +218,8 @@ def main() -> int:
         print("\n== The model registry (MLflow)")
         print_registry(os.environ["AIRFLOW_TUNE_REGISTRY_URI"])
         print("\n== Served by MLflow: download_model, then mlflow models serve -m <that folder> --env-manager local")
-        serve_champion(STATE / "logs")
+        promoted = [d for d in (o["tasks"].get("promote", (None, None))[1] for o in summaries) if d and d["promoted"]]
+        serve_champion(STATE / "logs", promoted[-1])
         print(f"\n== Done in {time.monotonic() - started:.0f}s")
         return 0
     finally:

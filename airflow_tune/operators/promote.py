@@ -22,7 +22,7 @@ from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FIL
 from airflow_tune.exceptions import PromotionError
 from airflow_tune.operators.promote_mlflow import MLflowPromotion
 from airflow_tune.operators.promote_model import ModelWriting
-from airflow_tune.registries import mlflow_model, promote_written
+from airflow_tune.registries import mlflow_model, promote_written, record
 from airflow_tune.registries import owner as registry_owner
 from airflow_tune.registries.gates import GATES, beats, decision_record, gate_decision
 from airflow_tune.registries.mlflow import is_mlflow_uri, registered_model_name
@@ -323,13 +323,19 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
             f"{version_prefix}/{mlflow_model.CHECKPOINT_ARTIFACT}",
         )
         model = model_card(context, result, version, copied)
-        mlflow_uri, mlflow_digest = None, None
+        mlflow_uri, mlflow_digest, written = None, None, dict[str, str]()
         if kind == "pyfunc":
             # The version's folder is the MLflow Model: MLmodel and the loader beside the checkpoint's copy.
-            mlflow_uri, mlflow_digest = self.write_model(s3, result, bucket, version_prefix, version)
+            mlflow_uri, mlflow_digest, written = self.write_model(s3, result, bucket, version_prefix, version)
         elif kind == "checkpoint":
             mlflow_uri, mlflow_digest = f"s3://{bucket}/{version_prefix}/checkpoint", result.get(CHECKPOINT_DIGEST_KEY)
         model["mlflow_model"] = {"kind": kind, "uri": mlflow_uri, "digest": mlflow_digest}
+        # What Airflow's record (this XCom, the Asset event) vouches for: every file written, from the bytes handled.
+        folder = f"s3://{bucket}/{version_prefix}"
+        files = record.registered_files({c["key"]: c["digest"] for c in copied}, written)
+        registered = record.xcom_fields(files, context)
+        model.update({k: registered[k] for k in (record.DIGEST_KEY, record.PROMOTED_BY_KEY)})
+        record.write_stored(s3, folder, files, context)
         s3.put_object(
             Bucket=bucket,
             Key=f"{version_prefix}/model.json",
@@ -352,6 +358,8 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
             "mlflow_model_uri": mlflow_uri,
             "mlflow_model_digest": mlflow_digest,
             "promoted_at": model["promoted_at"],
+            record.DIGEST_KEY: registered[record.DIGEST_KEY],
+            record.PROMOTED_BY_KEY: registered[record.PROMOTED_BY_KEY],
         }
         # The pointer moves last: readers see the old champion or the complete new one.
         s3.put_object(
@@ -368,11 +376,15 @@ class PromoteCheckpointOperator(MLflowPromotion, ModelWriting, BaseOperator, Ski
                 "model_uri": pointer["model_uri"],
                 "mlflow_model_uri": mlflow_uri,
                 "mlflow_model_digest": mlflow_digest,
+                "registry": self.registry_uri.rstrip("/"),
+                "version_folder": folder,
+                **registered,
             }
         )
+        extra = record.event_extra(self.registry_uri, version, folder, files)
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
-                context["outlet_events"][outlet].extra = {"version": version, "value": value, "metric": metric}
+                context["outlet_events"][outlet].extra = {"version": version, "value": value, "metric": metric, **extra}
         return out
 
     def not_promoted(self, context: Context, out: dict[str, Any]) -> dict[str, Any]:

@@ -53,7 +53,7 @@ class MLflowPromotion:
 
         def write_model(
             self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str
-        ) -> tuple[str, str]: ...
+        ) -> tuple[str, str, dict[str, str]]: ...
 
     def mlflow_hook(self) -> MLflowHook:
         from airflow_tune.hooks.mlflow import MLflowHook
@@ -70,6 +70,7 @@ class MLflowPromotion:
         from airflow.sdk import Asset
 
         from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY
+        from airflow_tune.registries import record
         from airflow_tune.registries.gates import decision_record, gate_decision
         from airflow_tune.registries.mlflow import (
             CHAMPION_ALIAS,
@@ -160,12 +161,15 @@ class MLflowPromotion:
 
             version = existing
             registry_owner.claim_mlflow(registry, claim)  # creates the model (with its DAGs) when it is new
+            assert version_name is not None and digest is not None
+            folder = version_folder_uri(str(source), name, version_name)
             if version is None:
                 run_id = result.get("mlflow", {}).get("best_run_id") if isinstance(result.get("mlflow"), dict) else None
-                assert version_name is not None and digest is not None
                 tags = version_tags(result, context, version_name, digest, str(source))
-                model_source = self.mlflow_model_source(result, version_name, objects, tags)
+                model_source, files = self.mlflow_model_source(result, version_name, objects, tags, context)
                 version = registry.create_version(model_source, run_id, tags)
+            else:
+                files = self.files_of_existing(folder, result, tags_of(version), context)
             version = registry.wait_ready(version)
             if not already:
                 # The alias moves last: a deploy reading models:/<name>@champion sees the old or the new, complete one.
@@ -182,6 +186,9 @@ class MLflowPromotion:
                 "mlflow_model": made.get(MODEL_TAG) or None,
                 "mlflow_model_uri": made.get(MODEL_URI_TAG),
                 "mlflow_model_digest": made.get(MODEL_DIGEST_TAG),
+                "registry": self.registry_uri,
+                "version_folder": folder,
+                **record.xcom_fields(files, context),
             }
         )
         self.log.info("Promoted %s as version %s of MLflow model %r: %s", source, number, name, reason)
@@ -192,22 +199,30 @@ class MLflowPromotion:
                     "value": value,
                     "metric": metric,
                     "model_uri": out["model_uri"],
+                    **record.event_extra(self.registry_uri, number, folder, files),
                 }
         return out
 
     def mlflow_model_source(
-        self, result: dict[str, Any], version_name: str, objects: Sequence[dict[str, Any]], tags: dict[str, str]
-    ) -> str:
-        """The new version's source, and its model tags (``tags`` updated). The checkpoint is copied, its bytes
-        proven on the way (:func:`~airflow_tune.registries.transfer.copy_proven`), to ``checkpoint/`` of the
-        version's own folder (:func:`~airflow_tune.registries.mlflow.version_folder_uri`); the source is that folder
-        as an MLflow Model built with the loader, or the copy itself (an MLflow Model already, or a bare
-        checkpoint)."""
+        self,
+        result: dict[str, Any],
+        version_name: str,
+        objects: Sequence[dict[str, Any]],
+        tags: dict[str, str],
+        context: Context,
+    ) -> tuple[str, dict[str, str]]:
+        """The new version's source, and its model tags (``tags`` updated), and the files registered (the
+        promotion's record, :mod:`~airflow_tune.registries.record`). The checkpoint is copied, its bytes proven on
+        the way (:func:`~airflow_tune.registries.transfer.copy_proven`), to ``checkpoint/`` of the version's own
+        folder (:func:`~airflow_tune.registries.mlflow.version_folder_uri`); the source is that folder as an MLflow
+        Model built with the loader, or the copy itself (an MLflow Model already, or a bare checkpoint)."""
         from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY
+        from airflow_tune.registries import record
         from airflow_tune.registries.mlflow import (
             MODEL_DIGEST_TAG,
             MODEL_TAG,
             MODEL_URI_TAG,
+            TAG,
             registered_model_name,
             version_folder_uri,
         )
@@ -221,12 +236,45 @@ class MLflowPromotion:
         bucket, prefix = split_s3_uri(folder)
         s3 = self.s3_client()
         files = result.get(CHECKPOINT_FILES_KEY) or {}
-        copy_proven(s3, source, objects, files, bucket, f"{prefix}/{CHECKPOINT_ARTIFACT}")
+        copied = copy_proven(s3, source, objects, files, bucket, f"{prefix}/{CHECKPOINT_ARTIFACT}")
         copy = f"{folder}/{CHECKPOINT_ARTIFACT}"
+        written: dict[str, str] = {}
+        model_source = copy
         if kind == "pyfunc":
-            uri, model_digest = self.write_model(s3, result, bucket, prefix, version_name)
+            uri, model_digest, written = self.write_model(s3, result, bucket, prefix, version_name)
             tags.update({MODEL_TAG: "pyfunc", MODEL_URI_TAG: uri, MODEL_DIGEST_TAG: model_digest})
-            return uri
-        if kind == "checkpoint":
+            model_source = uri
+        elif kind == "checkpoint":
             tags.update({MODEL_TAG: "checkpoint", MODEL_URI_TAG: copy, MODEL_DIGEST_TAG: tags[TAG_DIGEST]})
-        return copy
+        registered = record.registered_files({c["key"]: c["digest"] for c in copied}, written)
+        record.write_stored(s3, folder, registered, context)
+        tags[TAG + record.DIGEST_KEY] = record.files_digest(registered)
+        return model_source, registered
+
+    def files_of_existing(
+        self, folder: str, result: dict[str, Any], tags: dict[str, str], context: Context
+    ) -> dict[str, str]:
+        """A version an earlier try registered: its folder's files hashed from the bytes read now, believed only when
+        the checkpoint's are the sealed result's and the whole folder's digest is the one that try recorded."""
+        from airflow_tune.common.provenance import CHECKPOINT_FILES_KEY, differences
+        from airflow_tune.registries import record
+        from airflow_tune.registries.mlflow import MODEL_DIGEST_TAG, TAG
+
+        s3 = self.s3_client()
+        files = record.hash_folder(s3, folder)
+        sealed = result.get(CHECKPOINT_FILES_KEY) or {}
+        checkpoint = record.part(files, "checkpoint")
+        model_digest = tags.get(MODEL_DIGEST_TAG)
+        recorded = tags.get(TAG + record.DIGEST_KEY)
+        if (
+            checkpoint != sealed
+            or (recorded and recorded != record.files_digest(files))
+            or (tags.get(TAG + "model") == "pyfunc" and model_digest != record.files_digest(files))
+        ):
+            raise PromotionError(
+                f"the files of {folder} changed since an earlier try registered them "
+                f"({differences(sealed, checkpoint) if checkpoint != sealed else 'the model files differ'}): "
+                "not recording them as this promotion's; remove the version and promote again"
+            )
+        record.write_stored(s3, folder, files, context)
+        return files

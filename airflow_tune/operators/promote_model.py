@@ -44,11 +44,13 @@ class ModelWriting:
         )
         return None
 
-    def write_model(self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str) -> tuple[str, str]:
+    def write_model(
+        self, s3: Any, result: dict[str, Any], bucket: str, prefix: str, version: str
+    ) -> tuple[str, str, dict[str, str]]:
         """Build the MLflow Model's files around the checkpoint (:func:`airflow_tune.registries.mlflow_model.build`)
-        and put
-        them under ``s3://bucket/prefix``, where the checkpoint's objects are copied to ``checkpoint/``; returns the
-        model folder's URI and the digest of all its files."""
+        and put them under ``s3://bucket/prefix``, where the checkpoint's objects are copied to ``checkpoint/``;
+        returns the model folder's URI, the digest of all its files and the digests of the files written here (of
+        the bytes written: what the promotion's record holds)."""
         import os
         import shutil
         import tempfile
@@ -80,4 +82,4 @@ class ModelWriting:
         files = mlflow_model.model_files(written, result.get(CHECKPOINT_FILES_KEY) or {})
         digest = mlflow_model.model_digest(files)
         self.log.info("Wrote the MLflow Model s3://%s/%s (loader %s): %s", bucket, prefix, self.loader.source, digest)
-        return f"s3://{bucket}/{prefix}", digest
+        return f"s3://{bucket}/{prefix}", digest, dict(written)

@@ -31,6 +31,7 @@ from airflow_tune.exceptions import MLflowError, PromotionError
 
 if TYPE_CHECKING:
     from airflow_tune.hooks.mlflow import MLflowHook
+    from airflow_tune.registries.record import Promotion
 
 CHAMPION_ALIAS = "champion"
 TAG = "airflow_tune."
@@ -218,6 +219,7 @@ def version_tags(
         TAG + "dag_id": str(ti.dag_id),
         TAG + "task_id": str(ti.task_id),
         TAG + "run_id": str(context["run_id"]),
+        TAG + "map_index": str(getattr(ti, "map_index", -1)),
     }
 
 
@@ -275,9 +277,13 @@ class ProvenVersion:
         model_uri: str | None,
         model_digest: str | None,
         what: str,
+        folder: str = "",
     ) -> None:
         self.checkpoint_uri, self.checkpoint_digest = checkpoint_uri, checkpoint_digest
         self.model_kind, self.model_uri, self.model_digest, self.what = model_kind, model_uri, model_digest, what
+        #: The version's folder, and Airflow's record of its promotion (None outside Airflow without one).
+        self.folder = folder
+        self.record: Promotion | None = None
 
 
 def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, what: str) -> ProvenVersion:
@@ -324,9 +330,9 @@ def proven_version(registry: MLflowRegistry, version: Any, ray_conn_id: str, wha
         dags=dags,
     )
     if kind == "pyfunc":
-        return ProvenVersion(copy, str(digest), kind, str(source), tags[MODEL_DIGEST_TAG], what)
+        return ProvenVersion(copy, str(digest), kind, str(source), tags[MODEL_DIGEST_TAG], what, folder)
     model_uri = str(source) if kind == "checkpoint" else None
-    return ProvenVersion(copy, str(digest), kind, model_uri, str(digest) if model_uri else None, what)
+    return ProvenVersion(copy, str(digest), kind, model_uri, str(digest) if model_uri else None, what, folder)
 
 
 def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) -> tuple[str, str]:
@@ -336,22 +342,52 @@ def verified_source(registry: MLflowRegistry, version: Any, ray_conn_id: str) ->
     return proven.checkpoint_uri, proven.checkpoint_digest
 
 
-def resolve_version(uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_default") -> ProvenVersion:
-    """The version ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, proven (see
-    :func:`proven_version`). The caller verifies the bytes it reads."""
+def resolve_version(
+    uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_default", promotion: Any = None
+) -> ProvenVersion:
+    """The version ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names (with ``promotion``: the version
+    that promotion registered), proven (see :func:`proven_version`), with Airflow's record of its promotion
+    (:mod:`~airflow_tune.registries.record`): ``promotion`` checked, or inside an Airflow task the XCom of the
+    promote task instance the version names. The caller verifies the bytes it reads against both."""
     from airflow_tune.hooks.mlflow import MLflowHook
+    from airflow_tune.registries import record
+    from airflow_tune.registries.owner import dags_of, read_mlflow_record
 
     name, alias, number = parse_model_uri(uri)
+    registry_uri = f"{MODELS_PREFIX}{name}"
     with opened(MLflowHook(mlflow_conn_id), name) as registry:
-        version = registry.version_by_alias(alias) if alias else registry.get_version(str(number))
+        dags = dags_of(registry_uri, read_mlflow_record(registry)[1])
+        given = record.of(promotion, registry_uri, dags) if promotion is not None else None
+        if given is not None:
+            if number is not None and number != given.version:
+                raise ValueError(
+                    f"uri = {uri!r} names version {number}, but promotion= is {given.what}, which registered "
+                    f"version {given.version}: give models:/{name} (or that version) with it"
+                )
+            version = registry.get_version(given.version)
+        else:
+            version = registry.version_by_alias(alias) if alias else registry.get_version(str(number))
         if version is None:
             raise MLflowError(f"{uri}: no such model version in the MLflow registry {registry.server}")
-        return proven_version(registry, version, ray_conn_id, f"{uri} (version {version.version} of model {name!r})")
-
-
-def resolve_checkpoint(uri: str, mlflow_conn_id: str, ray_conn_id: str = "ray_default") -> tuple[str, str, str]:
-    """The checkpoint ``models:/<name>@<alias>`` or ``models:/<name>/<version>`` names, proven (see
-    :func:`proven_version`): ``(where its files are, content digest, which version)``. The caller verifies the
-    bytes it reads."""
-    proven = resolve_version(uri, mlflow_conn_id, ray_conn_id)
-    return proven.checkpoint_uri, proven.checkpoint_digest, proven.what
+        what = f"{uri} (version {version.version} of model {name!r})"
+        proven = proven_version(registry, version, ray_conn_id, what)
+    found = given
+    if found is None:
+        tags = tags_of(version)
+        index = tags.get(TAG + "map_index", "-1")
+        by = {
+            "dag_id": tags.get(TAG + "dag_id"),
+            "run_id": tags.get(TAG + "run_id"),
+            "task_id": tags.get(TAG + "task_id"),
+            "map_index": int(index) if index.lstrip("-").isdigit() else -1,
+        }
+        found = record.from_airflow(registry_uri, by, what, dags)
+        if found is None:
+            record.fallback_warning(what)
+    if found is not None and (found.version != str(version.version) or found.folder != proven.folder):
+        raise PromotionError(
+            f"{what}: Airflow's record of its promotion ({found.what}) names version {found.version} in "
+            f"{found.folder}, not this version's folder {proven.folder}: refusing to load it"
+        )
+    proven.record = found
+    return proven

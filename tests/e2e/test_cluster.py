@@ -185,8 +185,9 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     served = deploy.xcom("deploy_champion")
     assert served["model_uri"] == "models:/digits@champion" and served["holdout_accuracy"] >= 0.8, served
 
-    # The shipped smoke test loads only a verified copy: a loader swapped in the version's folder (by anyone who can
-    # write its storage) is refused, naming the file, and never unpickled (MLflow's own load_model would run it).
+    # The shipped smoke test loads only a copy verified against Airflow's record of the promotion (the promote task's
+    # XCom): a loader swapped in the version's folder (by anyone who can write its storage) is refused, naming the
+    # file, and never unpickled (MLflow's own load_model would run it).
     import pickle
 
     from airflow_tune.exceptions import PromotionError
@@ -200,7 +201,7 @@ def test_the_retraining_dag_runs_on_both_workers_of_the_cluster(cluster, monkeyp
     s3.put_object(Bucket=bucket, Key=key, Body=pickle.dumps(_TouchOnUnpickle(marker)))
     smoke_test = dag.task_dict["deploy_and_smoke_test"].python_callable
     try:
-        with pytest.raises(PromotionError, match="not the ones its trial and its promotion wrote"):
+        with pytest.raises(PromotionError, match=r"as Airflow recorded it \(changed: 'python_model.pkl'\)"):
             smoke_test(decision)
     finally:
         s3.put_object(Bucket=bucket, Key=key, Body=written)

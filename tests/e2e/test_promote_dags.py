@@ -158,9 +158,16 @@ def test_asset_event_and_downstream_only_when_promoted(s3_client):
     assert better.xcom("deploy") == {"deployed": decision["version"], "promoted": True}
     champion = _champion(s3_client, SKIP_REGISTRY)
     assert champion is not None and champion["version"] == decision["version"] and champion["value"] == 0.05
-    assert _asset_events("aft_promote_skip", better.run_id) == [
-        (registry_uri, {"version": decision["version"], "value": 0.05, "metric": "loss"})
-    ]
+    [(uri, extra)] = _asset_events("aft_promote_skip", better.run_id)
+    assert uri == registry_uri and extra == {
+        "version": decision["version"],
+        "value": 0.05,
+        "metric": "loss",
+        "registry": registry_uri,
+        "version_folder": decision["version_folder"],
+        "files_digest": decision["files_digest"],
+        "file_count": len(decision["registered_files"]),
+    }
     # The consumer scheduled on the registry's Asset is queued for a run.
     assert _queued_runs("aft_promote_consumer") == [registry_uri]
 

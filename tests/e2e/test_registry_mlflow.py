@@ -14,6 +14,7 @@ the retry, real). Each fault and its retry run 10 times.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -162,11 +163,26 @@ def test_the_winner_becomes_a_tagged_version_with_the_checkpoint_as_source_then_
     # The Asset is the registry URI, which every supported Airflow accepts unchanged.
     [outlet] = op.outlets
     assert outlet == registry_asset(f"models:/{name}") and outlet.uri == f"models:/{name}"
+    # The event carries Airflow's record of what was registered: the digest of every file's, not the map.
     assert context["outlet_events"][outlet].extra == {
         "version": "1",
         "value": 0.25,
         "metric": "loss",
         "model_uri": f"models:/{name}/1",
+        "registry": f"models:/{name}",
+        "version_folder": folder,
+        "files_digest": out["files_digest"],
+        "file_count": 2,
+    }
+    assert out["registered_files"] == {
+        "checkpoint/w.bin": "sha256:" + hashlib.sha256(b"weights").hexdigest(),
+        "checkpoint/meta/m.json": "sha256:" + hashlib.sha256(b"{}").hexdigest(),
+    }
+    assert out["promoted_by"] == {
+        "dag_id": op.dag_id,
+        "run_id": "manual__direct",
+        "task_id": "promote",
+        "map_index": -1,
     }
     assert out["model_version_url"].endswith(f"/#/models/{name}/versions/1")
 
@@ -371,7 +387,16 @@ def test_in_a_dag_a_held_back_winner_skips_the_deploy_and_a_promoted_one_is_depl
     assert _asset_events("aft_promote_mlflow", better.run_id) == [
         (
             MLFLOW_REGISTRY,
-            {"version": decision["version"], "value": 0.05, "metric": "loss", "model_uri": decision["model_uri"]},
+            {
+                "version": decision["version"],
+                "value": 0.05,
+                "metric": "loss",
+                "model_uri": decision["model_uri"],
+                "registry": MLFLOW_REGISTRY,
+                "version_folder": decision["version_folder"],
+                "files_digest": decision["files_digest"],
+                "file_count": 1,
+            },
         )
     ]
     assert _queued_runs("aft_promote_mlflow_consumer") == [MLFLOW_REGISTRY]

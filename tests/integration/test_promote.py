@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_tune.common.contract import inside_experiment
+from airflow_tune.common.provenance import files_digest
 from airflow_tune.exceptions import PromotionError
 from airflow_tune.operators import promote as promote_module
 from airflow_tune.operators.promote import CHAMPION_FILE, PromoteCheckpointOperator, registry_asset
@@ -256,13 +257,24 @@ def test_every_object_is_copied_through_the_worker_with_equal_bytes_including_a_
     registry_prefix = promote_module.split_s3_uri(registry)[1]  # the owner record first: the registry's first promotion
     assert puts == [
         f"{registry_prefix}/owner.json",
+        f"{dest.rsplit('/', 1)[0]}/registered.json",
         f"{dest.rsplit('/', 1)[0]}/model.json",
         f"{registry_prefix}/champion.json",
     ]
-    # The Asset event carries the version, the value and the metric.
+    # The XCom records every file registered (the digests of the bytes the copy read), the Asset event their digest.
+    assert out["registered_files"] == {f"checkpoint/{k}": v for k, v in op_files(expected).items()}
+    assert out["files_digest"] == files_digest(out["registered_files"]) == model["files_digest"]
     [outlet] = context["task"].outlets
     assert outlet == registry_asset(registry)
-    assert context["outlet_events"][outlet].extra == {"version": out["version"], "value": 0.25, "metric": "loss"}
+    assert context["outlet_events"][outlet].extra == {
+        "version": out["version"],
+        "value": 0.25,
+        "metric": "loss",
+        "registry": registry,
+        "version_folder": f"{registry}/versions/{out['version']}",
+        "files_digest": out["files_digest"],
+        "file_count": len(expected),
+    }
 
 
 @pytest.mark.timeout(90)
