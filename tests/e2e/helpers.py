@@ -101,6 +101,37 @@ def run_dag(dag: Any, conf: dict[str, Any] | None = None, logical_date: datetime
     return DagTestRun(dag_run, tries, time.monotonic() - started)
 
 
+def retry_run(dag: Any, logical_date: datetime) -> DagTestRun:
+    """What the scheduler does after a worker died: the run's running task instances are marked ``up_for_retry`` (a
+    zombie's), then that same run goes on (``dag.test()``'s loop, whose next try numbers the retry), keeping what
+    Airflow keeps across tries (``task_state_store``). ``run_dag`` would replace the run with a new one."""
+    import airflow.models.dagrun as dagrun_module
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    def existing_run(*, dag: Any, logical_date: datetime | None, session: Any, **_: Any) -> Any:
+        found = session.scalar(select(DagRun).where(DagRun.dag_id == dag.dag_id, DagRun.logical_date == logical_date))
+        if found is not None:
+            found.dag = dag
+        return found
+
+    with create_session() as session:
+        dag_run = existing_run(dag=dag, logical_date=logical_date, session=session)
+        assert dag_run is not None, f"no run of {dag.dag_id} at {logical_date}"
+        for ti in dag_run.get_task_instances(session=session):
+            if ti.state == TaskInstanceState.RUNNING:
+                ti.state = TaskInstanceState.UP_FOR_RETRY
+                ti.end_date = datetime.now(tz=ti.start_date.tzinfo if ti.start_date else None)
+    original = dagrun_module.get_or_create_dagrun
+    dagrun_module.get_or_create_dagrun = existing_run  # type: ignore[assignment]
+    try:
+        return run_dag(dag, None, logical_date)
+    finally:
+        dagrun_module.get_or_create_dagrun = original
+
+
 def run_id_for(logical_date: datetime) -> str:
     """The run id ``dag.test(logical_date=d, run_after=d)`` gives (a manual run's)."""
     return f"manual__{logical_date.isoformat()}"

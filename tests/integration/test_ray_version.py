@@ -89,7 +89,7 @@ def _operator() -> RayTuneOperator:
 
 
 def _context() -> dict:
-    ti = SimpleNamespace(dag_id="dag", task_id="tune", map_index=-1, try_number=1, xcom_push=dict().__setitem__)
+    ti = SimpleNamespace(dag_id="dag", task_id="tune", map_index=-1, try_number=1, xcom_push=lambda key, value: None)
     return {"ti": ti, "run_id": "manual__version-check"}
 
 
