@@ -27,24 +27,9 @@ def load_classifier(checkpoint_dir):
 
 
 def promote_dag(dag_id: str, registry: str, loader=load_classifier) -> DAG:
-    with DAG(dag_id, schedule=None, catchup=False, tags=["test"]) as dag:
+    from tests.support.promote_dags import model_promote_dag
 
-        @task
-        def tune() -> dict:
-            from tests.support.sealed import stand_in_tune
-
-            return stand_in_tune()
-
-        PromoteCheckpointOperator(
-            task_id="promote",
-            result=tune(),
-            registry_uri=registry,
-            gate="always",
-            model_loader=loader,
-            model_input_example=INPUT_EXAMPLE,
-            model_requirements=["scikit-learn"],
-        )
-    return dag
+    return model_promote_dag(dag_id, registry, loader, INPUT_EXAMPLE)
 
 
 pyfunc_mlflow = promote_dag("aft_pyfunc_mlflow", PYFUNC_REGISTRY)

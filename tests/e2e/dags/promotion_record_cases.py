@@ -11,10 +11,11 @@ import os
 
 from airflow.sdk import DAG, Asset, get_current_context, task
 
-from tests.e2e.dags.mlflow_model_cases import promote_dag
+from tests.support.promote_dags import model_promote_dag
 
 S3_REGISTRY = "s3://airflow-tune/models/aft-e2e-record"
 MLFLOW_REGISTRY = "models:/aft-e2e-record"
+INPUT_EXAMPLE = [[0.0] * 64]
 
 
 def load_weights(checkpoint_dir):
@@ -38,8 +39,8 @@ def deploy_dag(dag_id: str, uri: str) -> DAG:
     return dag
 
 
-record_s3 = promote_dag("aft_record_s3", S3_REGISTRY, load_weights)
-record_mlflow = promote_dag("aft_record_mlflow", MLFLOW_REGISTRY, load_weights)
+record_s3 = model_promote_dag("aft_record_s3", S3_REGISTRY, load_weights, INPUT_EXAMPLE)
+record_mlflow = model_promote_dag("aft_record_mlflow", MLFLOW_REGISTRY, load_weights, INPUT_EXAMPLE)
 deploy_s3 = deploy_dag("aft_record_deploy_s3", S3_REGISTRY)
 deploy_mlflow = deploy_dag("aft_record_deploy_mlflow", f"{MLFLOW_REGISTRY}@champion")
 
