@@ -115,6 +115,10 @@ class RayNodes:
             # 0 keeps every node on 127.0.0.1 (else Ray rewrites it to the eth0 address); see WORKER_NODE_CLI.
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
+            # A local stack reports no usage. MLflow's (3.17) also sets and unsets an environment variable from its
+            # own thread while a tracking request reads the environment: a request then fails now and then with
+            # KeyError('_MLFLOW_TELEMETRY_SESSION_ID').
+            "MLFLOW_DISABLE_TELEMETRY": "true",
             "TMPDIR": temp_dir,
         }
         if self.workers:

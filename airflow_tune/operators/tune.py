@@ -324,7 +324,8 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
         if self.deferrable:
             self.defer(trigger=self._trigger(context, spec, job_id), method_name="execute_complete")
         status = self.wait_blocking(job_id, spec.experiment_uri, log_interval=spec.progress_interval_s)
-        return self.complete(job_id, status, spec.experiment_uri, submitted=SubmittedJobs(context, self.log))
+        submitted = SubmittedJobs(context, self.log, known={job_id})
+        return self.complete(job_id, status, spec.experiment_uri, submitted=submitted)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         """The trigger's event: the result believed by the spec ``execute`` submitted, or why the job failed."""
@@ -339,7 +340,7 @@ class RayTuneOperator(BaseOperator, TuneSpecBuilder, JobSubmission, JobWaiting):
             raise RayJobError(str(event.get("message")))
         # The result is believed only when it is the spec's that execute() submitted: the job's own, proven by the
         # digest Ray keeps, so that no registry or connection is read again now (one may be down by then).
-        submitted = SubmittedJobs(context, self.log)
+        submitted = SubmittedJobs(context, self.log, resumed=True)
         self.spec = reconcile.spec_of_job(self.hook, str(self.job_id), context["ti"], submitted)
         return self.complete(str(self.job_id), str(status), experiment_uri, event.get("message"), submitted=submitted)
 

@@ -18,7 +18,7 @@ Imports neither ray nor boto3 nor airflow at module level.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from airflow_tune.common.contract import METADATA_OWNER
@@ -43,9 +43,10 @@ def _own_key(context: Any) -> tuple[str, str, str, int]:
     return str(ti.dag_id), str(context["run_id"]), str(ti.task_id), -1 if map_index is None else int(map_index)
 
 
-def own_record(context: Any) -> dict[str, int | None]:
-    """The jobs this task instance recorded: its ``task_state_store`` (3.3 and newer, every try) and its XCom (this
-    try's, kept while the task is deferred)."""
+def own_record(context: Any, *, resumed: bool = False) -> dict[str, int | None]:
+    """The jobs this task instance recorded: its ``task_state_store`` (3.3 and newer, every try) and, when the task
+    resumes from a deferral (``resumed``), its XCom (this try's: Airflow clears a task's XComs when a try starts, so
+    there is none to read before)."""
     record: dict[str, int | None] = {}
     store = context.get("task_state_store")
     if store is not None:
@@ -53,7 +54,8 @@ def own_record(context: Any) -> dict[str, int | None]:
             record.update(_as_record(store.get(RECORD_KEY)))
         except Exception:  # a store that does not answer holds nothing to believe
             pass
-    record.update(_xcom_record(context, _own_key(context)))
+    if resumed:
+        record.update(_xcom_record(context, _own_key(context)))
     return record
 
 
@@ -75,7 +77,7 @@ def wait_for_record(context: Any, job_id: str, *, timeout_s: float, interval_s: 
     import time
 
     deadline = time.monotonic() + timeout_s
-    while job_id not in own_record(context):
+    while job_id not in own_record(context, resumed=True):
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval_s)
@@ -100,11 +102,15 @@ class SubmittedJobs:
 
     :param context: the reading task's context.
     :param log: where a pre-3.3 retry says it believes an earlier try's job by its metadata.
+    :param known: jobs this try of the task itself submitted or reattached to, in this process (recorded already).
+    :param resumed: the task resumes from a deferral: its XCom holds this try's record.
     """
 
-    def __init__(self, context: Any, log: Any = None) -> None:
+    def __init__(self, context: Any, log: Any = None, *, known: Collection[str] = (), resumed: bool = False) -> None:
         self.context = context
         self.log = log
+        self.known = frozenset(known)
+        self.resumed = resumed
         self._records: dict[tuple[str, str, str, int], dict[str, int | None]] = {}
 
     def check(self, info: Mapping[str, Any]) -> None:
@@ -114,8 +120,12 @@ class SubmittedJobs:
         named = self.named_task(metadata)
         if named is not None:
             own = named == _own_key(self.context)
+            if own and job in self.known:
+                return
             if named not in self._records:
-                self._records[named] = own_record(self.context) if own else _xcom_record(self.context, named)
+                self._records[named] = (
+                    own_record(self.context, resumed=self.resumed) if own else _xcom_record(self.context, named)
+                )
             record = self._records[named]
             if job in record and record[job] in (None, info.get("start_time")):
                 return

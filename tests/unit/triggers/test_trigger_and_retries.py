@@ -215,6 +215,7 @@ class FakeJobs:
 @pytest.fixture
 def files(monkeypatch) -> dict[str, Any]:
     XCOMS.clear()
+    STORE.clear()
     """S3 as a dict: what the operator reads and writes."""
     stored: dict[str, Any] = {}
     monkeypatch.setattr(
@@ -274,14 +275,24 @@ class FakeTI(SimpleNamespace):
         return XCOMS.get((dag_id, run_id, task_ids, map_indexes, key))
 
 
-def _record(job_id: str, started: int | None = None, ti: tuple[str, str, str, int] = OWN_TI) -> None:
-    """As the tune task instance ``ti`` records a job it submitted."""
-    XCOMS[(*ti, RECORD_KEY)] = {**(XCOMS.get((*ti, RECORD_KEY)) or {}), job_id: started}
+#: The task instance's ``task_state_store`` (Airflow 3.3), which keeps its record across tries.
+STORE: dict[str, Any] = {}
 
 
-def _context(try_number: int = 1) -> dict[str, Any]:
+def _record(job_id: str, started: int | None = None) -> None:
+    """As the tune task instance records a job it submitted (an earlier try's, kept in its task_state_store)."""
+    STORE[RECORD_KEY] = {**(STORE.get(RECORD_KEY) or {}), job_id: started}
+
+
+def _context(try_number: int = 1, *, store: bool = True) -> dict[str, Any]:
+    """The tune task instance's context; ``store=False``: Airflow before 3.3 (no task_state_store)."""
     ti = FakeTI(dag_id="d", task_id="tune", map_index=-1, try_number=try_number)
-    return {"ti": ti, "run_id": "manual__1"}
+    context: dict[str, Any] = {"ti": ti, "run_id": "manual__1"}
+    if store:
+        context["task_state_store"] = SimpleNamespace(
+            get=lambda key, default=None: STORE.get(key, default), set=STORE.__setitem__
+        )
+    return context
 
 
 def _resume(op: RayTuneOperator, jobs: FakeJobs) -> tuple[str | None, dict[str, Any] | None]:
@@ -495,7 +506,8 @@ def test_the_next_job_restores_only_state_a_known_job_of_the_experiment_saved(fi
     op.__dict__["hook"] = jobs
     assert op.resume_or_submit(context, op.build_spec(context)) == ("exp-1", None)  # type: ignore[arg-type]
     assert jobs.submitted[0]["entrypoint"].endswith(restore)
-    # A first job: nothing to restore, and no licence.
+    # A first job: nothing to restore, and no licence (no earlier try of its task instance kept a job).
+    STORE.clear()
     del files[f"{spec.experiment_uri}/tuner.pkl"]
     jobs = FakeJobs()
     _resume(_op(), jobs)
@@ -590,13 +602,12 @@ def test_a_recorded_id_with_another_start_time_is_another_job(files):
 def test_a_submitted_job_is_recorded_with_its_start_time_for_the_next_reader(files):
     jobs = FakeJobs()
     assert _resume(_op(), jobs) == ("exp-1", None)
-    assert XCOMS[(*OWN_TI, RECORD_KEY)] == {"exp-1": 2000}
-    # The next try (its XCom cleared: Airflow 3.3 keeps the record in task_state_store) reattaches to it.
-    kept: dict[str, Any] = {RECORD_KEY: dict(XCOMS.pop((*OWN_TI, RECORD_KEY)))}
-    store = SimpleNamespace(get=lambda key, default=None: kept.get(key, default), set=kept.__setitem__)
+    # In the XCom, for the readers downstream, and in task_state_store, for the next try.
+    assert XCOMS[(*OWN_TI, RECORD_KEY)] == STORE[RECORD_KEY] == {"exp-1": 2000}
+    XCOMS.clear()  # Airflow clears a task's XComs when its next try starts
     op = _op()
     op.__dict__["hook"] = jobs
-    context = {**_context(try_number=2), "task_state_store": store}
+    context = _context(try_number=2)
     assert op.resume_or_submit(context, op.build_spec(context)) == ("exp-1", None)  # type: ignore[arg-type]
 
 
@@ -606,9 +617,8 @@ def test_an_earlier_tries_job_without_a_record_is_believed_only_where_airflow_ke
     jobs = FakeJobs([_live(_op(), files, recorded=False, try_number=1)])
     op = _op()
     op.__dict__["hook"] = jobs
-    context = _context(try_number=2)
+    context = _context(try_number=2, store=with_store)
     if with_store:
-        context["task_state_store"] = SimpleNamespace(get=lambda key, default=None: default, set=lambda k, v: None)
         with pytest.raises(ExperimentConflictError, match="exp-1 is not believed"):
             op.resume_or_submit(context, op.build_spec(context))  # type: ignore[arg-type]
     else:
@@ -618,5 +628,6 @@ def test_an_earlier_tries_job_without_a_record_is_believed_only_where_airflow_ke
     jobs = FakeJobs([_live(_op(), files, recorded=False, try_number=2)])
     op = _op()
     op.__dict__["hook"] = jobs
+    context = _context(try_number=2, store=False)
     with pytest.raises(ExperimentConflictError, match="exp-1 is not believed"):
-        op.resume_or_submit(_context(try_number=2), op.build_spec(_context()))  # type: ignore[arg-type]
+        op.resume_or_submit(context, op.build_spec(context))  # type: ignore[arg-type]

@@ -43,8 +43,12 @@ def _job(job_id: str, *, task_id: str = "tune", run_id: str = "r1", started: int
 def test_a_recorded_job_is_believed_by_its_own_task_and_by_a_downstream_reader():
     xcoms: dict = {}
     record_job(_context(xcoms), "exp-1", 5, None)
-    SubmittedJobs(_context(xcoms)).check(_job("exp-1"))
+    SubmittedJobs(_context(xcoms), known={"exp-1"}).check(_job("exp-1"))  # the try that submitted it
+    SubmittedJobs(_context(xcoms), resumed=True).check(_job("exp-1"))  # that try, resumed from a deferral
     SubmittedJobs(_context(xcoms, task_id="promote")).check(_job("exp-1"))  # reads the tune task's XCom
+    # Before a deferral its XCom is not read: Airflow cleared it when the try started.
+    with pytest.raises(ExperimentStorageError, match="exp-1 is not believed"):
+        SubmittedJobs(_context(xcoms)).check(_job("exp-1"))
 
 
 @pytest.mark.parametrize(
@@ -88,5 +92,6 @@ def test_proven_progress_follows_the_newest_job_airflow_recorded():
         find_jobs=lambda _: [minted, ours],  # newest first
         get_job_logs=lambda job_id: asked.append(job_id) or "",
     )
-    assert proven_progress(hook, "s3://b/e", None, reader=None, submitted=SubmittedJobs(_context(xcoms))) is None
+    submitted = SubmittedJobs(_context(xcoms, task_id="sense"))
+    assert proven_progress(hook, "s3://b/e", None, reader=None, submitted=submitted) is None
     assert asked == ["exp-1"]
