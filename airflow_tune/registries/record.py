@@ -113,7 +113,11 @@ def registry_of(promotion: Any) -> str:
         return str(getattr(getattr(promotion, "asset", None), "uri", "") or "").rstrip("/")
     if isinstance(promotion, Mapping) and isinstance(promotion.get("registry"), str):
         return str(promotion["registry"]).rstrip("/")
-    raise TypeError(
+    raise _not_a_record(promotion)
+
+
+def _not_a_record(promotion: Any) -> TypeError:
+    return TypeError(
         f"promotion = {type(promotion).__name__}: give the promote task's XCom (promote.output passed into a @task) "
         'or an Asset event of the registry (context["triggering_asset_events"][asset][-1])'
     )
@@ -137,10 +141,7 @@ def of(promotion: Any, registry: str, dags: Collection[str]) -> Promotion:
         return _of_event(promotion, registry, dags)
     if isinstance(promotion, Mapping):
         return _of_xcom(promotion, registry, dags)
-    raise TypeError(
-        f"promotion = {type(promotion).__name__}: give the promote task's XCom (promote.output passed into a @task) "
-        'or an Asset event of the registry (context["triggering_asset_events"][asset][-1])'
-    )
+    raise _not_a_record(promotion)
 
 
 def _of_event(event: Any, registry: str, dags: Collection[str]) -> Promotion:

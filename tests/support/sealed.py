@@ -8,8 +8,6 @@ carrying the metadata the engine's jobs carry (the experiment's URI and its owne
 from __future__ import annotations
 
 import logging
-import shlex
-import time
 import uuid
 from typing import Any
 
@@ -19,12 +17,12 @@ from airflow_tune.common.contract import (
     METADATA_EXPERIMENT_URI,
     METADATA_OWNER,
     RESULT_FILE,
-    TERMINAL_STATUSES,
     digest_of,
     manifest_uri,
 )
 from airflow_tune.common.provenance import CHECKPOINT_DIGEST_KEY, CHECKPOINT_FILES_KEY, files_digest, seal_line
 from airflow_tune.trust.submitted import METADATA_RUN_ID, METADATA_TRY_NUMBER
+from tests.support.minting import mint_job
 
 
 def manifest_for(xcom: dict[str, Any], dag_id: str, job_id: str) -> dict[str, Any]:
@@ -90,29 +88,17 @@ def _mint(sealing: dict[str, Any], run_id: str, task_id: str = "tune") -> int | 
     """Run the job that prints the seal, naming the task ``task_id`` of ``run_id``; return Ray's start time of it."""
     from airflow_tune.hooks.ray import RayHook
 
-    job_id = str(sealing["job_id"])
-    line = seal_line(RESULT_FILE, str(sealing["digest"]))
-    hook = RayHook("ray_default")
-    hook.submit_job(
-        entrypoint=f"python -c {shlex.quote(f'print({line!r})')}",
-        submission_id=job_id,
-        metadata={
-            METADATA_EXPERIMENT: str(sealing["experiment"]),
-            METADATA_EXPERIMENT_URI: str(sealing["experiment_uri"]),
-            METADATA_OWNER["dag_id"]: str(sealing["dag_id"]),
-            METADATA_OWNER["task_id"]: task_id,
-            METADATA_OWNER["map_index"]: "-1",
-            METADATA_RUN_ID: run_id,
-            METADATA_TRY_NUMBER: "1",
-        },
-    )
-    deadline = time.monotonic() + 120
-    while (status := hook.get_job_status(job_id)) not in TERMINAL_STATUSES:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the sealing job {job_id} did not end")
-        time.sleep(0.3)
-    assert status == "SUCCEEDED", hook.get_job_logs(job_id)
-    started = hook.get_job_info(job_id).get("start_time")
+    metadata = {
+        METADATA_EXPERIMENT: str(sealing["experiment"]),
+        METADATA_EXPERIMENT_URI: str(sealing["experiment_uri"]),
+        METADATA_OWNER["dag_id"]: str(sealing["dag_id"]),
+        METADATA_OWNER["task_id"]: task_id,
+        METADATA_OWNER["map_index"]: "-1",
+        METADATA_RUN_ID: run_id,
+        METADATA_TRY_NUMBER: "1",
+    }
+    job_id = mint_job(metadata, seal_line(RESULT_FILE, str(sealing["digest"])), job_id=str(sealing["job_id"]))
+    started = RayHook("ray_default").get_job_info(job_id).get("start_time")
     return started if isinstance(started, int) else None
 
 
