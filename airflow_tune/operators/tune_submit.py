@@ -83,8 +83,9 @@ class JobSubmission:
                     raise
                 self.log.info("Ray job %s was submitted by another try at the same moment; looking again", job_id)
                 # That try records its job right after submitting it: give it the moment to.
-                submitted_record.wait_for_record(context, job_id, timeout_s=RECORD_WAIT_S)
-                submitted = SubmittedJobs(context, self.log)
+                # Its record is in this task instance's XCom (before 3.3, the only place): read it there.
+                recorded = submitted_record.wait_for_record(context, job_id, timeout_s=RECORD_WAIT_S)
+                submitted = SubmittedJobs(context, self.log, resumed=recorded)
                 continue
             reconcile.remember_job(context, job_id, self.started_at(job_id), self.log)
             return job_id, None

@@ -103,7 +103,8 @@ class SubmittedJobs:
     :param context: the reading task's context.
     :param log: where a pre-3.3 retry says it believes an earlier try's job by its metadata.
     :param known: jobs this try of the task itself submitted or reattached to, in this process (recorded already).
-    :param resumed: the task resumes from a deferral: its XCom holds this try's record.
+    :param resumed: the task's XCom holds a record to read: this try resumes from a deferral, or another try of it
+        has just recorded there the job both submitted at the same moment.
     """
 
     def __init__(self, context: Any, log: Any = None, *, known: Collection[str] = (), resumed: bool = False) -> None:

@@ -73,12 +73,24 @@ def test_a_name_reused_by_another_dag_is_refused_naming_the_owner_only_and_by_it
 
 
 class _BarrierHook(RayHook):
-    """The real hook; each thread's first job listing waits until both threads have listed, so both see no job."""
+    """The real hook; each thread's first job listing waits until both threads have listed, so both see no job; the
+    losing try's submission waits until the winner's has returned (which try wins is the test's choice)."""
 
-    def __init__(self, barrier: threading.Barrier) -> None:
+    def __init__(self, barrier: threading.Barrier, winner_submitted: threading.Event, wins: bool) -> None:
         super().__init__()
         self.barrier = barrier
+        self.winner_submitted = winner_submitted
+        self.wins = wins
         self.listed = 0
+
+    def submit_job(self, **kwargs: Any) -> Any:
+        if not self.wins:
+            self.winner_submitted.wait(timeout=60)
+        try:
+            return super().submit_job(**kwargs)
+        finally:
+            if self.wins:
+                self.winner_submitted.set()
 
     def find_jobs(self, metadata_filter: dict[str, Any]) -> list[dict[str, Any]]:
         jobs = super().find_jobs(metadata_filter)
@@ -89,9 +101,11 @@ class _BarrierHook(RayHook):
 
 
 @pytest.mark.timeout(180)
-def test_two_tries_that_submit_at_the_same_moment_make_one_job(tmp_path):
+@pytest.mark.parametrize("winner", [1, 2], ids=["the-first-try-wins", "the-later-try-wins"])
+def test_two_tries_that_submit_at_the_same_moment_make_one_job(tmp_path, winner):
     name = f"race-{uuid.uuid4().hex[:8]}"
     barrier = threading.Barrier(2)
+    winner_submitted = threading.Event()
     outcomes: list[Any] = [None, None]
     shared: dict[str, Any] = {}
 
@@ -106,7 +120,7 @@ def test_two_tries_that_submit_at_the_same_moment_make_one_job(tmp_path):
             param_space=_space([1], str(tmp_path), sleep=0.5),
             py_modules=[_testkit()],
         )
-        op.__dict__["hook"] = _BarrierHook(barrier)
+        op.__dict__["hook"] = _BarrierHook(barrier, winner_submitted, wins=i + 1 == winner)
         # Two tries of one task instance share its record (Airflow 3.3's task_state_store, or its XCom).
         ti = SimpleNamespace(
             dag_id="race",
