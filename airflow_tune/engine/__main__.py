@@ -179,6 +179,7 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
     import ray
 
     from airflow_tune.engine import compat
+    from airflow_tune.engine.experiment_sync import upload_experiment_changes
     from airflow_tune.engine.feasibility import FeasibilityCallback
     from airflow_tune.engine.history import HistoryCallback
     from airflow_tune.engine.outcome import StopSignals, failure_reason, interrupted, stop_reason
@@ -220,6 +221,8 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
         callbacks.insert(0, tracking)
     # Every version of Tune's state this job writes is vouched for in its log before it reaches storage.
     seal_tune_state(StateSealer())
+    # Tune uploads its whole experiment folder at each snapshot, a file at a time: only what changed, several at once.
+    upload_experiment_changes()
     tuner, restored = build_tuner(
         spec, callbacks, proven_state=proven_state, earlier=earlier if isinstance(earlier, dict) else None
     )

@@ -121,7 +121,8 @@ def _log_trial(experiment_uri: str, row: Mapping[str, Any], names: list[str], lo
         uri = join_uri(folder, name)
         found = tail(uri)
         if found is None:
-            log.info("Trial %s (%s): no %s in %s", trial, status, name, folder)
+            # The engine uploads only output files that hold something.
+            log.info("Trial %s (%s): no %s output (nothing printed, or no file in %s)", trial, status, name, folder)
             continue
         lines, cut = found
         text = "\n".join(f"  | {line}" for line in lines) or "  (empty)"
