@@ -3,9 +3,11 @@ experiment run again, and a rerun whose search space changed. Marker files count
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from collections import Counter
 
 import pytest
 
@@ -260,3 +262,70 @@ class _Marker:
 
     def __reduce__(self) -> tuple:
         return (open, (self.path, "w"))
+
+
+def _terminated_in_storage(spec: dict) -> set:
+    """The ``x`` of the trials the newest experiment snapshot in storage records as finished (what a restore reads)."""
+    experiment = f"{spec['storage_path']}/{spec['name']}"
+    snapshots = sorted(
+        uri for uri in storage.list_files(experiment) if uri.rsplit("/", 1)[-1].startswith("experiment_state-")
+    )
+    if not snapshots:
+        return set()
+    state = json.loads(storage.read_bytes(snapshots[-1]))
+    trials = [json.loads(trial_json) for trial_json, _ in state["trial_data"]]
+    return {t["config"]["x"] for t in trials if t["status"] == "TERMINATED"}
+
+
+@pytest.mark.timeout(900)
+def test_a_restore_after_a_driver_kill_at_2000_trials_reruns_no_finished_trial(stack, tmp_path):
+    """The engine's faster uploads of the experiment folder keep Tune's guarantee at scale: 2,000 trivial trials one
+    at a time, trial x=1000 held at its start until the snapshot in storage records the thousand before it finished;
+    the driver is SIGKILLed there, and the rerun runs the other thousand and none of the first."""
+    trials, held = 2000, 1000
+    hold = _hold(tmp_path, x=held, step=0)
+    markers = tmp_path / "markers"
+    spec = jobs.base_spec(
+        stack,
+        jobs.unique_name("restore-2000"),
+        "tune_testkit.functions:return_dict",
+        metric="score",
+        mode="max",
+        param_space={"x": {"grid_search": list(range(trials))}, "marker_dir": str(markers), "hold": hold},
+        max_concurrent_trials=1,
+        reuse_actors=True,
+    )
+    job_id = jobs.submit(stack, spec)
+    pid = jobs.driver_pid(stack, job_id)
+    jobs.wait_until(
+        lambda: any(m["x"] == held for m in read_markers(str(markers), "start")),
+        600,
+        f"trial x={held} held at its start",
+        interval=1.0,
+    )
+    finished = jobs.wait_until(
+        lambda: (done := _terminated_in_storage(spec)) >= set(range(held)) and done,
+        300,
+        f"a snapshot in storage recording trials 0-{held - 1} finished",
+        interval=1.0,
+    )
+    os.kill(pid, signal.SIGKILL)
+    assert jobs.wait(stack, job_id, 60) == "FAILED"
+    time.sleep(1)  # the killed driver's trial actors go with it
+    assert finished == set(range(held)), sorted(set(range(trials)) - finished)[:5]
+    os.remove(hold["file"])
+    before = Counter(m["x"] for m in read_markers(str(markers), "start"))
+    assert before[held] == 1 and max(before) == held, max(before)
+
+    logs, manifest = jobs.run_ok(stack, spec, timeout=600)
+    assert "[airflow-tune] restored experiment" in logs
+    assert manifest["num_trials"] == manifest["num_terminated"] == trials, manifest["num_trials"]
+    starts = Counter(m["x"] for m in read_markers(str(markers), "start"))
+    assert set(starts) == set(range(trials))
+    rerun = sorted(x for x in finished if starts[x] > 1)
+    assert not rerun, f"finished trials ran again after the restore: {rerun[:10]}"
+    experiment = f"{spec['storage_path']}/{spec['name']}/"
+    results = [
+        uri for uri in storage.list_files(experiment) if uri.endswith("/result.json") and "/.airflow_tune/" not in uri
+    ]
+    assert len(results) == trials, len(results)

@@ -34,6 +34,7 @@ def report_at_end(config: dict) -> None:
 
 def return_dict(config: dict) -> dict:
     _mark(config, "start")
+    _hold(config, 0)
     return {"score": -abs(config["x"] - 2), "extra": 1}
 
 
