@@ -223,6 +223,7 @@ def run(spec: ExperimentSpec, *, restore_after: str | None = None, restore_state
     seal_tune_state(StateSealer())
     # Tune uploads its whole experiment folder at each snapshot, a file at a time: only what changed, several at once.
     upload_experiment_changes()
+    compat.count_callbacks_by_name()
     tuner, restored = build_tuner(
         spec, callbacks, proven_state=proven_state, earlier=earlier if isinstance(earlier, dict) else None
     )

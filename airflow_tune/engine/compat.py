@@ -140,6 +140,50 @@ def stop_propagating(names: tuple[str, ...]) -> None:
         propagated.discard(name)
 
 
+#: The callbacks Tune's telemetry counts by class name (``ray.air._internal.usage._count_callbacks``) besides
+#: ``DEFAULT_CALLBACK_CLASSES``: its logger integrations.
+_INTEGRATION_CALLBACKS = frozenset(
+    {"WandbLoggerCallback", "MLflowLoggerCallback", "CometLoggerCallback", "AimLoggerCallback"}
+)
+
+
+def count_callbacks_by_name() -> None:
+    """Have Tune's usage telemetry count the experiment's callbacks without importing its logger integrations.
+
+    ``tune.run`` tags the callbacks it is given (``air_usage.tag_callbacks``, every supported release); to count them
+    by class it imports the MLflow, W&B, Comet and Aim integrations, and the MLflow one imports ``mlflow``: on a
+    cluster with MLflow installed that was 0.7 s of a short experiment's driver (plain Tune without callbacks skips
+    the count; the engine always passes its own). Ray compares the classes by name, so the same counts come from the
+    names. Where Tune counts some other way, it is left alone.
+    """
+    from ray.air._internal import usage
+
+    if not callable(getattr(usage, "_count_callbacks", None)):
+        return
+    setattr(usage, "_count_callbacks", _count_callbacks_by_name)  # noqa: B010 - patching a module
+
+
+def _count_callbacks_by_name(callbacks: Any) -> dict[str, int]:
+    from ray.tune import Callback
+    from ray.tune.logger import LoggerCallback
+    from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
+
+    built_in = _INTEGRATION_CALLBACKS | {cls.__name__ for cls in DEFAULT_CALLBACK_CLASSES}
+    counts: dict[str, int] = {}
+    for callback in callbacks or []:
+        if not isinstance(callback, Callback):
+            continue
+        name = type(callback).__name__
+        if name in built_in:
+            key = name
+        elif isinstance(callback, LoggerCallback):
+            key = "CustomLoggerCallback"
+        else:
+            key = "CustomCallback"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def read_trial_errors_as_text() -> None:
     """Have Tune give an errored trial's error as the text of its ``error.txt``, never by unpickling its ``error.pkl``.
 

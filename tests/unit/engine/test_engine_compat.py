@@ -7,6 +7,7 @@ import importlib
 import io
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -232,3 +233,29 @@ def test_the_driver_leaves_the_package_before_anything_else(monkeypatch):
     monkeypatch.setattr(engine, "load_spec", load_spec)
     assert engine.main([]) == engine.EXIT_BAD_SPEC
     assert calls == ["guard", "leave", "spec"]
+
+
+def test_callbacks_are_counted_as_ray_counts_them_without_importing_its_integrations():
+    script = """
+import sys
+from ray.tune import Callback
+from ray.tune.logger import CSVLoggerCallback, LoggerCallback
+from ray.air._internal import usage
+from airflow_tune.engine import compat
+
+class Mine(Callback): pass
+class MyLogger(LoggerCallback): pass
+
+callbacks = [Mine(), Mine(), MyLogger(), CSVLoggerCallback(), object()]
+compat.count_callbacks_by_name()
+ours = dict(usage._count_callbacks(callbacks))
+print("mlflow" in sys.modules, "wandb" in sys.modules)
+from ray.air._internal.usage import tag_callbacks
+import importlib
+importlib.reload(usage)
+print(ours == dict(usage._count_callbacks(callbacks)), ours)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "False False", out
+    assert out[1].startswith("True "), out
+    assert "'CustomCallback': 2" in out[1] and "'CustomLoggerCallback': 1" in out[1] and "CSVLoggerCallback" in out[1]
