@@ -12,7 +12,7 @@ CLUSTER_STAMP := $(CLUSTER_VENV)/.installed
 CLUSTER_ENV := AIRFLOW_TUNE_CLUSTER_PYTHON=$(abspath $(CLUSTER_VENV))/bin/python
 
 .PHONY: help venv cluster-venv mlflow-venv searchers-venv compat-envs browser demo test check docs lint unit packaging integration \
-  e2e compat bench up down clean
+  e2e compat bench bench-quick up down clean
 
 # The targets with a `## ` note on their line, in the order written.
 help: ## list the targets
@@ -211,6 +211,9 @@ compat: venv cluster-venv compat-envs ## the compatibility tier (other Ray and A
 
 bench: venv ## the benchmarks (about an hour)
 	RAY_AUTH_MODE=disabled $(PY) -m benchmarks
+
+bench-quick: venv ## the engine against plain Tune at a glance (about five minutes)
+	RAY_AUTH_MODE=disabled $(PY) -m benchmarks --quick
 
 up: venv mlflow-venv ## start the local stack (Ray head, S3 endpoint, MLflow)
 	RAY_AUTH_MODE=disabled $(PY) -m airflow_tune.local up --mlflow-python $(MLFLOW_VENV)/bin/python

@@ -1,4 +1,7 @@
-"""`make bench`: every benchmark in one run, on a fresh local stack that is stopped at the end."""
+"""`make bench`: every benchmark in one run, on a fresh local stack that is stopped at the end.
+
+``python -m benchmarks --quick`` (``make bench-quick``): the engine against plain Tune only, on a 4-trial grid and at
+100 and 500 trivial trials, one pair each (about five minutes)."""
 
 from __future__ import annotations
 
@@ -26,13 +29,20 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="aft-bench-")
     os.environ["AIRFLOW_HOME"] = os.path.join(root, "airflow")
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    parse_cost.main()
-    print()
+    quick = "--quick" in sys.argv[1:]
+    if not quick:
+        parse_cost.main()
+        print()
     from airflow_tune.local import LocalStack
 
     try:
         with LocalStack(root, airflow=False) as state:
             os.environ.update(state.env())
+            if quick:
+                job_overhead.main(state, repeats=1)
+                print()
+                engine_scale.main(state, sizes=(100, 500), pairs=1)
+                return
             trigger_poll.main(state)
             print()
             triggerer_scale.main(state)
@@ -41,7 +51,7 @@ def main() -> None:
             print()
             job_overhead.main(state)
             print()
-            engine_scale.main(state, trials=int(os.environ.get("AIRFLOW_TUNE_BENCH_TRIALS", "2000")))
+            engine_scale.main(state)
             print()
             provenance_cost.main(state)
     finally:

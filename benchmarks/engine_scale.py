@@ -1,135 +1,80 @@
-"""The engine's own tracking on a large experiment: N trivial trials through airflow-tune's engine (progress callback,
-progress.json, manifests) vs the same experiment as a plain Tune driver script, both as Ray jobs on the same head,
-in interleaved pairs; and the sizes of the manifests the Airflow side reads at that size.
+"""How the engine's cost grows with an experiment: N trivial trials (one result each, actors reused) through the
+engine and as a plain Tune driver script, side by side on one stack (:mod:`benchmarks.side_by_side`), at each size of
+a sweep; per size the wall times, their ratio (plain/ours: above 1 the engine is faster), the CPU seconds per trial of
+each side's driver and trial workers; over the sweep each side's marginal milliseconds per trial; and the sizes of the
+manifests the Airflow side reads at the largest size.
 
-Each run writes to a bucket of its own and the order alternates pair by pair (plain first, then ours first): an S3
-endpoint that slows as a bucket fills (the local one lists every key of a bucket) would otherwise favour whichever
-half runs first. Both halves reuse actors: otherwise each trivial trial starts a Python worker (about 3 s on 2
-cores), and the run measures process start-up rather than the driver-side tracking this benchmark is about."""
+Pairs alternate their order (plain first, then ours first), so drift on the machine hits both alike."""
 
 from __future__ import annotations
 
 import statistics
-import textwrap
-import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-from benchmarks.engine_jobs import TESTKIT, submit
-
-PLAIN_DRIVER = textwrap.dedent(
-    """
-    from ray import tune
-    from tune_testkit.functions import return_dict
-    tuner = tune.Tuner(
-        return_dict,
-        param_space={{"x": tune.uniform(0, 4)}},
-        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples={trials}, reuse_actors=True),
-        run_config=tune.RunConfig(name={name!r}, storage_path={storage!r}, verbose=0),
-    )
-    print("best", tuner.fit().get_best_result().config)
-    """
-)
+from benchmarks.side_by_side import TRIVIAL, Run, pair
 
 
-def _run(entrypoint: str, name: str, runtime_env: dict[str, Any]) -> float:
-    from airflow_tune.hooks.ray import RayHook
+def measure(state: Any, trials: int, pairs: int) -> dict[str, Any]:
+    plain: list[Run] = []
+    ours: list[Run] = []
+    for i in range(pairs):
+        p, o = pair(state, TRIVIAL, trials, ours_first=bool(i % 2))
+        plain.append(p)
+        ours.append(o)
+        print(
+            f"  {trials} trials, pair {i + 1}/{pairs}: plain {p.wall_s:.1f} s, ours {o.wall_s:.1f} s, "
+            f"plain/ours {p.wall_s / o.wall_s:.2f}",
+            flush=True,
+        )
 
-    start = time.perf_counter()
-    RayHook().submit_job(entrypoint=entrypoint, submission_id=name, runtime_env=runtime_env)
-    return _wait(name, start)
+    def median(runs: list[Run], what: str) -> float:
+        return statistics.median(getattr(r, what) for r in runs)
 
-
-def _wait(name: str, start: float, timeout: float = 3600) -> float:
-    from airflow_tune.hooks.ray import RayHook
-
-    hook = RayHook()
-    while (status := hook.get_job_status(name)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
-        if time.perf_counter() - start > timeout:
-            hook.stop_job(name)
-            raise RuntimeError(f"benchmark job {name} took over {timeout:.0f}s")
-        time.sleep(0.5)
-    if status != "SUCCEEDED":
-        raise RuntimeError(f"benchmark job {name} {status}:\n{hook.get_job_logs(name)[-2000:]}")
-    return time.perf_counter() - start
-
-
-def fresh_storage(name: str) -> str:
-    """A new bucket on the stack's S3 endpoint for one run, as an experiments folder URI."""
-    import boto3
-
-    bucket = name.lower()
-    boto3.client("s3").create_bucket(Bucket=bucket)  # endpoint and keys from the stack's env
-    return f"s3://{bucket}/experiments"
-
-
-def run_ours(state: Any, trials: int) -> tuple[float, str]:
-    name = f"bench-scale-ours-{uuid.uuid4().hex[:8]}"
-    spec = {
-        "trainable": "tune_testkit.functions:return_dict",
-        "name": name,
-        "storage_path": fresh_storage(name),
-        "metric": "score",
-        "mode": "max",
-        "param_space": {"x": {"uniform": [0, 4]}},
-        "num_samples": trials,
-        "reuse_actors": True,
+    return {
+        "trials": trials,
+        "plain_s": median(plain, "wall_s"),
+        "ours_s": median(ours, "wall_s"),
+        "speed": statistics.median(p.wall_s / o.wall_s for p, o in zip(plain, ours, strict=True)),
+        "plain_driver_cpu_ms": 1000 * median(plain, "driver_cpu_s") / trials,
+        "ours_driver_cpu_ms": 1000 * median(ours, "driver_cpu_s") / trials,
+        "plain_trials_cpu_ms": 1000 * median(plain, "trials_cpu_s") / trials,
+        "ours_trials_cpu_ms": 1000 * median(ours, "trials_cpu_s") / trials,
+        "experiment_uri": ours[-1].experiment_uri,
     }
-    start = time.perf_counter()
-    job_id, experiment_uri = submit(state, spec)
-    return _wait(job_id, start), experiment_uri
 
 
-def run_plain(state: Any, trials: int) -> float:
-    name = f"bench-scale-plain-{uuid.uuid4().hex[:8]}"
-    folder = Path(state.root) / "drivers" / name
-    folder.mkdir(parents=True)
-    storage = fresh_storage(name)
-    (folder / "driver.py").write_text(PLAIN_DRIVER.format(name=name, storage=storage, trials=trials))
-    return _run("python driver.py", name, {"working_dir": str(folder), "py_modules": [str(TESTKIT)]})
-
-
-def main(stack_state: Any = None, trials: int = 2000, pairs: int = 2) -> dict[str, Any]:
+def main(stack_state: Any = None, sizes: tuple[int, ...] = (100, 500, 2000), pairs: int = 2) -> list[dict[str, Any]]:
     assert stack_state is not None, "run through `python -m benchmarks`, which starts a local stack"
     from airflow_tune.common import storage
     from airflow_tune.common.contract import PROGRESS_FILE, RESULT_FILE, TRIALS_FILE, manifest_uri
 
-    ratios, ours_s, plain_s = [], [], []
-    experiment_uri = ""
-    for pair in range(1, pairs + 1):  # interleaved, in turn first: drift on the machine hits both alike
-        if pair % 2:
-            plain = run_plain(stack_state, trials)
-            ours, experiment_uri = run_ours(stack_state, trials)
-        else:
-            ours, experiment_uri = run_ours(stack_state, trials)
-            plain = run_plain(stack_state, trials)
-        plain_s.append(plain)
-        ours_s.append(ours)
-        ratios.append(plain / ours)
+    rows = [measure(stack_state, n, pairs if n < 2000 else 1) for n in sizes]
+    print(f"Trivial trials, S3 storage, real Ray head (medians of {pairs} pairs in alternating order; 1 at 2000)")
+    print(
+        "  trials   plain s    ours s   plain/ours   driver CPU ms/trial (plain, ours)   "
+        "trial workers CPU ms/trial (plain, ours)"
+    )
+    for r in rows:
         print(
-            f"  pair {pair}/{pairs}: plain {plain:.1f} s, ours {ours:.1f} s, baseline/ours {plain / ours:.2f}",
-            flush=True,
+            f"  {r['trials']:6d}  {r['plain_s']:8.1f}  {r['ours_s']:8.1f}   {r['speed']:10.2f}   "
+            f"{r['plain_driver_cpu_ms']:15.1f} {r['ours_driver_cpu_ms']:8.1f}   "
+            f"{r['plain_trials_cpu_ms']:25.1f} {r['ours_trials_cpu_ms']:8.1f}"
         )
-    sizes = {
-        name: len(storage.read_bytes(manifest_uri(experiment_uri, name)))
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        span = last["trials"] - first["trials"]
+        print(
+            f"  marginal cost per trial ({first['trials']} to {last['trials']}): plain "
+            f"{1000 * (last['plain_s'] - first['plain_s']) / span:.0f} ms, ours "
+            f"{1000 * (last['ours_s'] - first['ours_s']) / span:.0f} ms"
+        )
+    uri = rows[-1]["experiment_uri"]
+    sizes_kb = {
+        name: len(storage.read_bytes(manifest_uri(uri, name))) / 1024
         for name in (PROGRESS_FILE, RESULT_FILE, TRIALS_FILE)
     }
-    result = {
-        "trials": trials,
-        "plain_s": statistics.median(plain_s),
-        "ours_s": statistics.median(ours_s),
-        "throughput_ratio": statistics.median(ratios),
-        "sizes": sizes,
-    }
-    print(f"{trials} trivial trials, S3 storage, real Ray head ({pairs} pairs in alternating order, medians)")
-    print(f"  plain Tune driver script (baseline)   {result['plain_s']:7.1f} s")
     print(
-        f"  airflow-tune engine as a Ray job      {result['ours_s']:7.1f} s   "
-        f"baseline/ours wall time {result['throughput_ratio']:.2f} (1.00 = no overhead)"
+        f"  manifests at {rows[-1]['trials']} trials: progress.json {sizes_kb[PROGRESS_FILE]:.1f} KB, result.json "
+        f"(read by Airflow) {sizes_kb[RESULT_FILE]:.1f} KB, trials.json {sizes_kb[TRIALS_FILE]:.0f} KB"
     )
-    print(
-        f"  manifests at {trials} trials: progress.json {sizes[PROGRESS_FILE] / 1024:.1f} KB, result.json (read by "
-        f"Airflow) {sizes[RESULT_FILE] / 1024:.1f} KB, trials.json {sizes[TRIALS_FILE] / 1024:.0f} KB"
-    )
-    return result
+    return rows

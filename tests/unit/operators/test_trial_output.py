@@ -156,4 +156,6 @@ def test_nothing_outside_the_experiment_is_read_and_none_reads_nothing(tmp_path,
     trial_logs.log_trial_output(uri, True, "none", logging.getLogger("t"))
     assert "not the trial's" not in caplog.text
     # A row naming a folder elsewhere is read as the folder of that name inside this experiment: none there.
-    assert "no stdout output (nothing printed, or no file in" in caplog.text and f"{tmp_path}/exp/elsewhere" in caplog.text
+    assert (
+        "no stdout output (nothing printed, or no file in" in caplog.text and f"{tmp_path}/exp/elsewhere" in caplog.text
+    )
