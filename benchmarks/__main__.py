@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 from benchmarks import (
+    airflow_overhead,
     completion_latency,
     engine_scale,
     job_overhead,
@@ -29,6 +30,7 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="aft-bench-")
     os.environ["AIRFLOW_HOME"] = os.path.join(root, "airflow")
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(airflow_overhead.DAGS)
     quick = "--quick" in sys.argv[1:]
     if not quick:
         parse_cost.main()
@@ -36,7 +38,7 @@ def main() -> None:
     from airflow_tune.local import LocalStack
 
     try:
-        with LocalStack(root, airflow=False) as state:
+        with LocalStack(root, airflow=not quick) as state:
             os.environ.update(state.env())
             if quick:
                 job_overhead.main(state, repeats=1)
@@ -50,6 +52,8 @@ def main() -> None:
             completion_latency.main(state)
             print()
             job_overhead.main(state)
+            print()
+            airflow_overhead.main(state)
             print()
             engine_scale.main(state)
             print()
