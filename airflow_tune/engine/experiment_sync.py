@@ -28,8 +28,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_tune.engine.imports import EngineError
-
 #: Files sent at a time (each a request to storage; they wait on the network, not on the driver's CPU).
 PARALLEL_UPLOADS = 16
 #: Storage without folders: a file's parent needs no creating.
@@ -125,16 +123,14 @@ def upload_changed(
 
 
 def upload_experiment_changes() -> None:
-    """Have this driver's Tune upload its experiment folder with :func:`upload_changed` (see the module)."""
+    """Have this driver's Tune upload its experiment folder with :func:`upload_changed` (see the module); a Tune
+    without ``_FilesystemSyncer._sync_up_command`` is left with its own upload."""
     from ray.train._internal import storage as ray_storage
 
     syncer = getattr(ray_storage, "_FilesystemSyncer", None)
     original = getattr(syncer, "_sync_up_command", None)
-    if original is None:
-        raise EngineError(
-            "this Ray Tune uploads its experiment folder where the engine cannot; see engine/experiment_sync.py"
-        )
-    if getattr(original, "_airflow_tune_changes_only", False):
+    # A Tune that uploads some other way keeps its own upload: slower, never different.
+    if original is None or getattr(original, "_airflow_tune_changes_only", False):
         return
 
     def _sync_up_command(self: Any, local_path: str, uri: str, exclude: list[str] | None = None) -> Any:

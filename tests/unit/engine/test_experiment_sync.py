@@ -167,3 +167,23 @@ def test_a_file_changed_while_it_was_sent_is_sent_again(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment_sync, "_stat", real_stat)
     assert upload_changed(str(staging), fs, str(dest)) == 1  # not remembered as sent: sent again
     assert upload_changed(str(staging), fs, str(dest)) == 0
+
+
+def test_tunes_syncer_uploads_a_folder_with_the_changes_only_and_a_single_file_as_before(tmp_path, monkeypatch):
+    from ray.train._internal import storage as ray_storage
+
+    original = ray_storage._FilesystemSyncer._sync_up_command
+    monkeypatch.setattr(ray_storage._FilesystemSyncer, "_sync_up_command", original)
+    experiment_sync.upload_experiment_changes()
+    experiment_sync.upload_experiment_changes()  # once is enough: a second call keeps the first patch
+    patched = ray_storage._FilesystemSyncer._sync_up_command
+    assert patched is not original and patched._airflow_tune_changes_only
+
+    syncer = ray_storage._FilesystemSyncer(storage_filesystem=pyarrow.fs.LocalFileSystem())
+    folder = tmp_path / "experiment"
+    folder.mkdir()
+    fn, kwargs = patched(syncer, local_path=str(folder), uri=str(tmp_path / "out"), exclude=["*.tmp"])
+    assert fn is experiment_sync.upload_changed and kwargs["exclude"] == ["*.tmp"]
+    (folder / "one.json").write_text("{}")
+    fn, _ = patched(syncer, local_path=str(folder / "one.json"), uri=str(tmp_path / "out" / "one.json"))
+    assert fn is not experiment_sync.upload_changed  # Tune's own single-file upload
