@@ -277,7 +277,7 @@ def _terminated_in_storage(spec: dict) -> set:
     return {t["config"]["x"] for t in trials if t["status"] == "TERMINATED"}
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_a_restore_after_a_driver_kill_at_2000_trials_reruns_no_finished_trial(stack, tmp_path):
     """The engine's faster uploads of the experiment folder keep Tune's guarantee at scale: 2,000 trivial trials one
     at a time, trial x=1000 held at its start until the snapshot in storage records the thousand before it finished;
@@ -317,7 +317,7 @@ def test_a_restore_after_a_driver_kill_at_2000_trials_reruns_no_finished_trial(s
     before = Counter(m["x"] for m in read_markers(str(markers), "start"))
     assert before[held] == 1 and max(before) == held, max(before)
 
-    logs, manifest = jobs.run_ok(stack, spec, timeout=600)
+    logs, manifest = jobs.run_ok(stack, spec, timeout=1200)
     assert "[airflow-tune] restored experiment" in logs
     assert manifest["num_trials"] == manifest["num_terminated"] == trials, manifest["num_trials"]
     starts = Counter(m["x"] for m in read_markers(str(markers), "start"))
